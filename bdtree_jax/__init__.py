@@ -1,0 +1,39 @@
+"""bdtree_jax: Bayesian decision trees in JAX.
+
+Sampling the posterior over single CART trees (structure, splits, leaf parameters) with several
+algorithms, on CPU or GPU, with results that go to NumPyro, ArviZ, scikit-learn and pandas.
+"""
+
+from ._devices import configure_cpu_devices
+
+configure_cpu_devices()
+
+from . import datasets, exact, kernels, likelihoods, priors, tree  # noqa: E402
+from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
+from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
+from .posterior import Posterior  # noqa: E402
+from .priors import TreePrior  # noqa: E402
+from .sampling import run_chains, sample  # noqa: E402
+from .tree import Tree  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DirichletMultinomial",
+    "NormalMeanShift",
+    "Posterior",
+    "SplitGrid",
+    "Tree",
+    "TreeData",
+    "TreePrior",
+    "datasets",
+    "exact",
+    "kernels",
+    "likelihoods",
+    "make_split_grid",
+    "make_tree_data",
+    "priors",
+    "run_chains",
+    "sample",
+    "tree",
+]

@@ -1,0 +1,209 @@
+"""Input validation, split candidates and the device-side data container.
+
+Everything here runs on the host, once, before anything is traced: jitted code assumes valid
+input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ._types import Array
+
+__all__ = [
+    "TreeData",
+    "SplitGrid",
+    "make_split_grid",
+    "make_tree_data",
+    "check_X",
+    "check_classification_y",
+    "check_regression_y",
+]
+
+
+class TreeData(NamedTuple):
+    """Training data as the kernels see it (a pytree of arrays; pass it, never close over it).
+
+    Attributes
+    ----------
+    bins : (n, F) int32
+        Bin code of each input: the number of the feature's candidate thresholds strictly below
+        the value.  Row ``i`` goes left at cut ``c`` of feature ``f`` iff ``bins[i, f] <= c``.
+    point_stats : (n, S) float32
+        Per-row sufficient statistics of the likelihood (one-hot class, or ``[1, y, y**2]``).
+    sorted_bins : (F, n) int32
+        Each feature's bins sorted ascending (order statistics for ``min_leaf_size > 1``).
+    sorted_index : (F, n) int32
+        The row permutation that sorts each feature.
+    """
+
+    bins: Array
+    point_stats: Array
+    sorted_bins: Array
+    sorted_index: Array
+
+
+@dataclass(frozen=True, eq=False)
+class SplitGrid:
+    """Candidate split thresholds of every feature.
+
+    Attributes
+    ----------
+    thresholds : (F, C) float64
+        Midpoints between consecutive distinct training values of each feature, ascending,
+        padded with ``+inf`` to the largest count ``C`` (at least 1).
+    n_cuts : (F,) int64
+        Number of real candidates per feature (0 for a constant feature).
+    """
+
+    thresholds: np.ndarray
+    n_cuts: np.ndarray
+
+    @property
+    def n_features(self) -> int:
+        return self.thresholds.shape[0]
+
+    def bin(self, X: np.ndarray) -> np.ndarray:
+        """Bin codes (n, F) int32 of inputs ``X`` (n, F): count of thresholds strictly below."""
+        X = np.asarray(X, float)
+        out = np.empty(X.shape, np.int32)
+        for f in range(self.n_features):
+            out[:, f] = np.searchsorted(self.thresholds[f, : self.n_cuts[f]], X[:, f], side="left")
+        return out
+
+
+def make_split_grid(X: np.ndarray) -> SplitGrid:
+    """Split candidates: midpoints between consecutive distinct values of each column of X."""
+    X = np.asarray(X, float)
+    cuts = []
+    for f in range(X.shape[1]):
+        u = np.unique(X[:, f])
+        cuts.append((u[:-1] + u[1:]) / 2.0)
+    width = max(1, max(len(c) for c in cuts))
+    thresholds = np.full((X.shape[1], width), np.inf)
+    for f, c in enumerate(cuts):
+        thresholds[f, : len(c)] = c
+    return SplitGrid(thresholds, np.array([len(c) for c in cuts]))
+
+
+def make_tree_data(bins: np.ndarray, point_stats: np.ndarray) -> TreeData:
+    """Assemble :class:`TreeData` from bin codes (n, F) and per-row statistics (n, S)."""
+    import jax.numpy as jnp
+
+    bins = np.asarray(bins, np.int32)
+    order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
+    sorted_bins = np.take_along_axis(bins.T, order, axis=1)
+    return TreeData(
+        jnp.asarray(bins),
+        jnp.asarray(point_stats, jnp.float32),
+        jnp.asarray(sorted_bins),
+        jnp.asarray(order),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation at the public edge
+
+
+def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
+    """Validate a feature matrix.
+
+    Returns
+    -------
+    X : (n, F) float64 ndarray
+    feature_names : list of str or None (from a DataFrame's columns)
+
+    Raises
+    ------
+    ValueError
+        Non-numeric columns, wrong dimension, NaN or infinite values, too few rows.
+    """
+    where = f"{estimator}: " if estimator else ""
+    feature_names = None
+    if isinstance(X, pd.DataFrame):
+        bad = [str(c) for c in X.columns if not pd.api.types.is_numeric_dtype(X[c]) or pd.api.types.is_bool_dtype(X[c])]
+        if bad:
+            raise ValueError(
+                f"{where}{name} has non-numeric columns {bad}; encode them as numbers first "
+                "(e.g. pandas.get_dummies or an OrdinalEncoder)."
+            )
+        feature_names = [str(c) for c in X.columns]
+        X = X.to_numpy(dtype=float)
+    else:
+        arr = np.asarray(X)
+        if arr.dtype.kind not in "biuf":
+            try:
+                arr = arr.astype(float)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{where}{name} must be numeric; got an array of dtype {arr.dtype} with "
+                    "values that are not numbers."
+                ) from None
+        X = arr.astype(float)
+    if X.ndim == 1:
+        raise ValueError(
+            f"{where}{name} must be 2-D of shape (n_samples, n_features); got a 1-D array of "
+            f"length {X.shape[0]}. Reshape with X.reshape(-1, 1) for a single feature."
+        )
+    if X.ndim != 2:
+        raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); got shape {X.shape}.")
+    if X.shape[1] < 1:
+        raise ValueError(f"{where}{name} has no features (shape {X.shape}).")
+    if X.shape[0] < min_rows:
+        raise ValueError(f"{where}{name} has {X.shape[0]} rows; at least {min_rows} are needed.")
+    if not np.all(np.isfinite(X)):
+        n_nan = int(np.isnan(X).sum())
+        n_inf = int(np.isinf(X).sum())
+        raise ValueError(
+            f"{where}{name} contains {n_nan} NaN and {n_inf} infinite values; impute or drop them first."
+        )
+    return X, feature_names
+
+
+def _as_1d(y, name: str, where: str, n: int) -> np.ndarray:
+    if isinstance(y, (pd.Series, pd.DataFrame)):
+        y = y.to_numpy()
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"{where}{name} must be 1-D of shape (n_samples,); got shape {y.shape}.")
+    if y.shape[0] != n:
+        raise ValueError(f"{where}X has {n} rows but {name} has {y.shape[0]} entries; they must match.")
+    return y
+
+
+def check_classification_y(y, n: int, *, name: str = "y", estimator: str = ""):
+    """Validate class labels; returns ``(classes, codes)`` with codes in ``0..K-1``.
+
+    Raises ``ValueError`` for wrong shape or length, missing values, or a single class.
+    """
+    where = f"{estimator}: " if estimator else ""
+    y = _as_1d(y, name, where, n)
+    if pd.isna(y).any():
+        raise ValueError(f"{where}{name} contains missing values (NaN/None).")
+    if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+        raise ValueError(f"{where}{name} contains infinite values.")
+    classes, codes = np.unique(y, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{where}{name} has only one class ({classes[0]!r}); a classifier needs at least 2."
+        )
+    return classes, codes.astype(np.int32)
+
+
+def check_regression_y(y, n: int, *, name: str = "y", estimator: str = "") -> np.ndarray:
+    """Validate a real response; returns (n,) float64.  Raises ``ValueError`` on NaN/inf."""
+    where = f"{estimator}: " if estimator else ""
+    y = _as_1d(y, name, where, n)
+    try:
+        y = y.astype(float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}{name} must be numeric for regression; got dtype {y.dtype}.") from None
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{where}{name} contains NaN or infinite values.")
+    return y

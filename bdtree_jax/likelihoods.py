@@ -1,0 +1,155 @@
+"""Integrated (marginal) likelihoods of a tree from per-leaf sufficient statistics.
+
+A likelihood is a frozen, hashable dataclass (static under ``jit``) with
+
+* ``point_stats(y) -> (n, S)``: per-row statistics (host side, numpy);
+* ``log_lik(stats, is_leaf) -> ()``: log marginal likelihood from node statistics (N, S);
+* ``leaf_mean(stats) -> (..., P)``: posterior mean of the leaf parameter (class probabilities or
+  the leaf mean), used for prediction;
+* ``sample_leaf(key, stats)``: a draw of the leaf parameters from their conditional posterior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ._types import Array
+
+__all__ = ["DirichletMultinomial", "NormalMeanShift", "default_normal_hyperparameters"]
+
+
+@dataclass(frozen=True)
+class DirichletMultinomial:
+    """Classification: leaf class probabilities ``p ~ Dirichlet(concentration, ..., concentration)``.
+
+    The integrated likelihood of the labels (in their observed order, all normalising constants
+    kept) is, over leaves ``i`` with class counts ``n_ik``::
+
+        prod_i Gamma(K a) / Gamma(a)^K * prod_k Gamma(n_ik + a) / Gamma(n_i + K a)
+
+    (CGM98 §4; RJHMC spec §3).
+    """
+
+    n_classes: int
+    concentration: float = 1.0
+
+    @property
+    def n_stats(self) -> int:
+        return self.n_classes
+
+    def point_stats(self, codes: np.ndarray) -> np.ndarray:
+        """One-hot rows (n, K) of class codes in ``0..K-1``."""
+        return np.eye(self.n_classes, dtype=np.float32)[np.asarray(codes)]
+
+    def leaf_log_lik(self, stats: Array) -> Array:
+        """Log integrated likelihood of each node's labels, shape ``stats.shape[:-1]``."""
+        a = self.concentration
+        k = self.n_classes
+        n = stats.sum(-1)
+        const = gammaln(k * a) - k * gammaln(a)
+        return const + gammaln(stats + a).sum(-1) - gammaln(n + k * a)
+
+    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
+        """Sum over leaves; ``stats`` (N, K), ``is_leaf`` (N,) bool."""
+        return jnp.sum(jnp.where(is_leaf, self.leaf_log_lik(stats), 0.0))
+
+    def leaf_mean(self, stats: Array) -> Array:
+        """Posterior mean class probabilities (..., K)."""
+        a = self.concentration
+        return (stats + a) / (stats.sum(-1, keepdims=True) + self.n_classes * a)
+
+    def sample_leaf(self, key: Array, stats: Array) -> Array:
+        """Class probabilities (..., K) drawn from the leaf's Dirichlet posterior."""
+        return jax.random.dirichlet(key, stats + self.concentration)
+
+    def point_log_lik(self, params: Array, codes: Array) -> Array:
+        """log p(y_i | leaf probabilities) for rows with parameters ``params`` (n, K)."""
+        return jnp.log(jnp.take_along_axis(params, codes[:, None], axis=1)[:, 0])
+
+
+@dataclass(frozen=True)
+class NormalMeanShift:
+    """Regression: CGM98's conjugate mean-shift model.
+
+    ``y | leaf i ~ N(mu_i, sigma^2)``, ``mu_i | sigma ~ N(mu_bar, sigma^2 / a)``,
+    ``sigma^2 ~ IG(nu/2, nu*lam/2)``.  With ``b`` leaves, ``s_i`` the within-leaf sum of squares
+    and ``t_i = n_i a/(n_i+a) (ybar_i - mu_bar)^2`` (CGM98 eq. 14; RJHMC spec §3)::
+
+        log p(Y|X,T) = -n/2 log(pi) + nu/2 log(nu lam) + lgamma((n+nu)/2) - lgamma(nu/2)
+                       + sum_i 1/2 log(a/(n_i+a)) - (n+nu)/2 log(sum_i (s_i+t_i) + nu lam)
+
+    Rows carry ``[1, y - mu_bar, (y - mu_bar)^2]`` so that ``s_i + t_i = S2 - S1^2/(n_i + a)``.
+    """
+
+    nu: float
+    lam: float
+    a: float
+    mu_bar: float
+
+    @property
+    def n_stats(self) -> int:
+        return 3
+
+    def point_stats(self, y: np.ndarray) -> np.ndarray:
+        r = np.asarray(y, float) - self.mu_bar
+        return np.stack([np.ones_like(r), r, r * r], axis=1).astype(np.float32)
+
+    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
+        """``stats`` (N, 3) node statistics, ``is_leaf`` (N,) bool."""
+        n_i, s1, s2 = stats[:, 0], stats[:, 1], stats[:, 2]
+        a, nu, lam = self.a, self.nu, self.lam
+        q = jnp.where(is_leaf, s2 - s1 * s1 / (n_i + a), 0.0)
+        r = jnp.where(is_leaf, 0.5 * (jnp.log(a) - jnp.log(n_i + a)), 0.0)
+        n = jnp.sum(jnp.where(is_leaf, n_i, 0.0))
+        const = (
+            -0.5 * n * jnp.log(jnp.pi)
+            + 0.5 * nu * jnp.log(nu * lam)
+            + gammaln(0.5 * (n + nu))
+            - gammaln(0.5 * nu)
+        )
+        return const + r.sum() - 0.5 * (n + nu) * jnp.log(jnp.maximum(q.sum(), 0.0) + nu * lam)
+
+    def leaf_mean(self, stats: Array) -> Array:
+        """Posterior mean of the leaf mean, shape (..., 1)."""
+        return self.mu_bar + stats[..., 1:2] / (stats[..., 0:1] + self.a)
+
+    def posterior_sigma2(self, key: Array, stats: Array, is_leaf: Array) -> Array:
+        """A draw of sigma^2 from its marginal posterior given the tree, shape ()."""
+        n_i, s1, s2 = stats[:, 0], stats[:, 1], stats[:, 2]
+        q = jnp.sum(jnp.where(is_leaf, s2 - s1 * s1 / (n_i + self.a), 0.0))
+        n = jnp.sum(jnp.where(is_leaf, n_i, 0.0))
+        shape = 0.5 * (n + self.nu)
+        rate = 0.5 * (jnp.maximum(q, 0.0) + self.nu * self.lam)
+        return rate / jax.random.gamma(key, shape)
+
+    def sample_leaf(self, key: Array, stats: Array, sigma2: Array) -> Array:
+        """Leaf means (..., 1) drawn from ``N(mu_bar + S1/(n+a), sigma^2/(n+a))``."""
+        n = stats[..., 0:1]
+        z = jax.random.normal(key, n.shape)
+        return self.mu_bar + stats[..., 1:2] / (n + self.a) + jnp.sqrt(sigma2 / (n + self.a)) * z
+
+
+def default_normal_hyperparameters(y: np.ndarray, *, nu=None, lam=None, a=None, mu_bar=None, quantile=0.9):
+    """Data-based defaults for :class:`NormalMeanShift` (only the ``None`` arguments are filled).
+
+    * ``mu_bar = mean(y)``;
+    * ``nu = 3``;
+    * ``lam`` such that the prior puts probability ``quantile`` (0.9) on ``sigma^2 <= var(y)``:
+      ``lam = var(y) * chi2_{nu}^{-1}(1 - quantile) / nu`` (the calibration of Chipman et al. 2010);
+    * ``a = 1/3`` (CGM98's suggestion; the prior sd of a leaf mean is ``sigma * sqrt(3)``).
+    """
+    from scipy.stats import chi2
+
+    y = np.asarray(y, float)
+    mu_bar = float(np.mean(y)) if mu_bar is None else float(mu_bar)
+    nu = 3.0 if nu is None else float(nu)
+    if lam is None:
+        var = float(np.var(y)) if np.var(y) > 0 else 1.0
+        lam = var * float(chi2.ppf(1.0 - quantile, nu)) / nu
+    a = 1.0 / 3.0 if a is None else float(a)
+    return dict(nu=nu, lam=float(lam), a=a, mu_bar=mu_bar)

@@ -1,0 +1,330 @@
+"""The result of a run: every draw's tree plus diagnostics, predictions and ArviZ export."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .data import SplitGrid, check_X
+from .likelihoods import DirichletMultinomial
+from .priors import TreePrior
+from .tree import Tree, leaf_index, leaf_nodes, plot_tree, to_string, tree_text
+
+__all__ = ["Posterior"]
+
+_SCALARS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move")
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihood):
+    """Posterior-mean leaf parameter at each test row, per draw: (draws, n_test, P)."""
+
+    def one(tree):
+        n = tree.is_split.shape[-1]
+        stats = jax.ops.segment_sum(point_stats, leaf_index(tree, train_bins), num_segments=n)
+        return likelihood.leaf_mean(stats)[leaf_index(tree, test_bins)]
+
+    return jax.vmap(one)(trees)
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, codes):
+    """Per draw: leaf parameters drawn from their conditional posterior, the pointwise
+    log-likelihood of every training row and a replicated response.  Shapes (draws, n)."""
+
+    def one(key, tree):
+        n = tree.is_split.shape[-1]
+        leaf = leaf_index(tree, train_bins)
+        stats = jax.ops.segment_sum(point_stats, leaf, num_segments=n)
+        k1, k2, k3 = jax.random.split(key, 3)
+        if isinstance(likelihood, DirichletMultinomial):
+            probs = likelihood.sample_leaf(k1, stats)[leaf]  # (n, K)
+            loglik = likelihood.point_log_lik(probs, codes)
+            rep = jax.random.categorical(k2, jnp.log(probs))
+            return loglik, rep.astype(jnp.float32), jnp.float32(jnp.nan)
+        sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
+        mu = likelihood.sample_leaf(k1, stats, sigma2)[leaf, 0]
+        y = codes
+        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + (y - mu) ** 2 / sigma2)
+        rep = mu + jnp.sqrt(sigma2) * jax.random.normal(k2, mu.shape)
+        return loglik, rep, jnp.sqrt(sigma2)
+
+    return jax.vmap(one)(keys, trees)
+
+
+@dataclass(eq=False)
+class Posterior:
+    """Draws of a tree sampler (arrays are numpy, leading axes ``(chain, draw)``).
+
+    Attributes
+    ----------
+    trees : Tree of (C, S, N) arrays.
+    stats : dict of (C, S) arrays: ``log_lik`` (log integrated likelihood), ``log_prior``,
+        ``log_posterior`` (their sum, unnormalised), ``n_leaves``, ``depth``, ``accepted``,
+        ``move``.
+    warmup_stats : the same for the warm-up (burn-in) iterations, (C, W).
+    grid : SplitGrid of the training data (thresholds of every cut).
+    likelihood, prior : the model.
+    task : "classification" or "regression".
+    classes : (K,) class labels (classification) or None.
+    feature_names : list of str.
+    train_bins : (n, F) int32 and train_stats : (n, S) float32, the training data the leaf
+        parameters are conditioned on; ``train_y`` the encoded response.
+    method : name of the sampler; ``info`` free-form run metadata (seed, timings, ...).
+    """
+
+    trees: Tree
+    stats: dict
+    warmup_stats: dict
+    grid: SplitGrid
+    likelihood: Any
+    prior: TreePrior
+    task: str
+    classes: np.ndarray | None
+    feature_names: list
+    train_bins: np.ndarray
+    train_stats: np.ndarray
+    train_y: np.ndarray
+    method: str = "cgm"
+    info: dict = field(default_factory=dict)
+
+    # -- shape -------------------------------------------------------------------------------
+    @property
+    def num_chains(self) -> int:
+        return self.trees.is_split.shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        return self.trees.is_split.shape[1]
+
+    def _flat_trees(self) -> Tree:
+        return Tree(*(np.asarray(a).reshape(-1, a.shape[-1]) for a in self.trees))
+
+    def tree(self, chain: int, draw: int) -> Tree:
+        """One draw's tree (numpy arrays)."""
+        return Tree(*(np.asarray(a[chain, draw]) for a in self.trees))
+
+    # -- trees as text -------------------------------------------------------------------------
+    @functools.cached_property
+    def _strings(self) -> list[str]:
+        flat = self._flat_trees()
+        cache: dict = {}
+        out = []
+        for i in range(flat.is_split.shape[0]):
+            t = Tree(flat.is_split[i], flat.feature[i], flat.cut[i])
+            k = (t.is_split.tobytes(), t.feature.tobytes(), t.cut.tobytes())
+            if k not in cache:
+                cache[k] = to_string(t, self.grid.thresholds)
+            out.append(cache[k])
+        return out
+
+    def tree_strings(self) -> list[str]:
+        """One :func:`~bdtree_jax.tree.to_string` string per draw, chains concatenated."""
+        return list(self._strings)
+
+    def tree_frequencies(self) -> dict[str, float]:
+        """Visit frequency of every distinct tree, most frequent first."""
+        counts = collections.Counter(self._strings)
+        total = sum(counts.values())
+        return {k: v / total for k, v in counts.most_common()}
+
+    def map_tree(self) -> Tree:
+        """The visited tree with the highest (unnormalised) log posterior."""
+        lp = np.asarray(self.stats["log_posterior"])
+        c, d = np.unravel_index(np.argmax(lp), lp.shape)
+        return self.tree(int(c), int(d))
+
+    def most_visited_tree(self) -> tuple[str, float]:
+        """The most frequent tree string and its frequency."""
+        return next(iter(self.tree_frequencies().items()))
+
+    def tree_text(self, tree: Tree | None = None) -> str:
+        """Indented text of ``tree`` (default: the MAP tree) with feature names and leaf values."""
+        tree = self.map_tree() if tree is None else tree
+        return tree_text(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree))
+
+    def plot_tree(self, tree: Tree | None = None, ax=None):
+        """Matplotlib drawing of ``tree`` (default: the MAP tree)."""
+        tree = self.map_tree() if tree is None else tree
+        return plot_tree(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree), ax=ax)
+
+    def _leaf_labels(self, tree: Tree) -> list[str]:
+        n = tree.is_split.shape[-1]
+        stats = np.asarray(
+            jax.ops.segment_sum(
+                jnp.asarray(self.train_stats), leaf_index(Tree(*map(jnp.asarray, tree)), jnp.asarray(self.train_bins)), n
+            )
+        )
+        means = np.asarray(self.likelihood.leaf_mean(jnp.asarray(stats)))
+        labels = []
+        for i in range(n):
+            if self.task == "classification":
+                k = int(np.argmax(means[i]))
+                labels.append(f"{self.classes[k]} (p={means[i, k]:.2f}, n={int(stats[i].sum())})")
+            else:
+                labels.append(f"{means[i, 0]:.4g} (n={int(stats[i, 0])})")
+        return labels
+
+    # -- prediction ----------------------------------------------------------------------------
+    def _bins(self, X) -> np.ndarray:
+        X, names = check_X(X, name="X")
+        if X.shape[1] != self.grid.n_features:
+            raise ValueError(f"X has {X.shape[1]} features but the posterior was fitted with {self.grid.n_features}.")
+        if names is not None and self.feature_names and names != list(self.feature_names):
+            raise ValueError(f"X has feature names {names} but the posterior was fitted with {list(self.feature_names)}.")
+        return self.grid.bin(X)
+
+    def predict_draws(self, X, *, max_draws: int | None = None, chunk: int = 256) -> np.ndarray:
+        """Per-draw posterior-mean leaf parameter at each row of X.
+
+        Returns
+        -------
+        (draws, n, P) float32: class probabilities (P = K) or leaf means (P = 1); draws are all
+        chains' draws concatenated (thinned evenly to at most ``max_draws``).
+        """
+        test_bins = jnp.asarray(self._bins(X))
+        flat = self._flat_trees()
+        total = flat.is_split.shape[0]
+        idx = np.arange(total)
+        if max_draws is not None and total > max_draws:
+            idx = np.linspace(0, total - 1, max_draws).round().astype(int)
+        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
+        out = []
+        for s in range(0, len(idx), chunk):
+            sel = idx[s : s + chunk]
+            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])  # one compiled shape
+            trees = Tree(*(jnp.asarray(a[pad]) for a in flat))
+            res = _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood)
+            out.append(np.asarray(res)[: len(sel)])
+        return np.concatenate(out, axis=0)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, K) posterior-averaged class probabilities (classification)."""
+        self._require("classification", "predict_proba")
+        return self.predict_draws(X).mean(0)
+
+    def predict(self, X) -> np.ndarray:
+        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
+        mean = self.predict_draws(X).mean(0)
+        if self.task == "classification":
+            return self.classes[np.argmax(mean, axis=1)]
+        return mean[:, 0]
+
+    def predict_interval(self, X, prob: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """Equal-tailed credible interval of the posterior-mean prediction across draws.
+
+        Returns ``(lower, upper)``: (n,) for regression (the mean function), (n, K) for class
+        probabilities.
+        """
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob}.")
+        draws = self.predict_draws(X)
+        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        if self.task == "regression":
+            return lo[:, 0], hi[:, 0]
+        return lo, hi
+
+    def _require(self, task: str, what: str) -> None:
+        if self.task != task:
+            raise ValueError(f"{what} is only available for {task} posteriors (this one is {self.task}).")
+
+    # -- summaries ------------------------------------------------------------------------------
+    def acceptance_rate(self) -> float:
+        return float(np.mean(self.stats["accepted"]))
+
+    def summary(self) -> dict:
+        """Scalar summaries: mean leaves, depth, acceptance, distinct trees visited."""
+        return dict(
+            num_chains=self.num_chains,
+            num_draws=self.num_draws,
+            mean_leaves=float(np.mean(self.stats["n_leaves"])),
+            mean_depth=float(np.mean(self.stats["depth"])),
+            acceptance_rate=self.acceptance_rate(),
+            distinct_trees=len(set(self._strings)),
+        )
+
+    # -- ArviZ -----------------------------------------------------------------------------------
+    def to_arviz(self, *, pointwise: bool = True, seed: int = 0, max_draws_pointwise: int | None = None):
+        """An ArviZ ``InferenceData`` (ArviZ 0.2x) or ``DataTree`` (ArviZ 1.x).
+
+        Groups: ``posterior`` (``n_leaves``, ``depth``, and ``sigma`` for regression: a draw of the
+        noise sd from its conditional posterior), ``sample_stats`` (``lp``, ``log_marginal_likelihood``,
+        ``log_prior``, ``accepted``, ``move``), and with ``pointwise=True`` ``log_likelihood``
+        (``y``: log p(y_i | leaf parameters) with the leaf parameters of every draw drawn from their
+        conditional posterior, for LOO/WAIC), ``posterior_predictive`` (``y``: a replicated
+        response per draw) and ``observed_data``.
+        """
+        from ._arviz import make_inference_data
+
+        C, S = self.num_chains, self.num_draws
+        posterior = {
+            "n_leaves": np.asarray(self.stats["n_leaves"]),
+            "depth": np.asarray(self.stats["depth"]),
+        }
+        sample_stats = {
+            "lp": np.asarray(self.stats["log_posterior"]),
+            "log_marginal_likelihood": np.asarray(self.stats["log_lik"]),
+            "log_prior": np.asarray(self.stats["log_prior"]),
+            "accepted": np.asarray(self.stats["accepted"]),
+            "move": np.asarray(self.stats["move"]),
+        }
+        groups = {"posterior": posterior, "sample_stats": sample_stats}
+        dims = {}
+        if pointwise:
+            keys = jax.random.split(jax.random.key(seed), C * S)
+            flat = Tree(*(jnp.asarray(a) for a in self._flat_trees()))
+            codes = jnp.asarray(self.train_y)
+            loglik, rep, sigma = [], [], []
+            for s in range(0, C * S, 256):
+                sl = slice(s, s + 256)
+                out = _draw_pointwise(
+                    keys[sl], Tree(*(a[sl] for a in flat)), jnp.asarray(self.train_bins),
+                    jnp.asarray(self.train_stats), self.likelihood, codes,
+                )
+                loglik.append(np.asarray(out[0]))
+                rep.append(np.asarray(out[1]))
+                sigma.append(np.asarray(out[2]))
+            n = self.train_bins.shape[0]
+            groups["log_likelihood"] = {"y": np.concatenate(loglik).reshape(C, S, n)}
+            groups["posterior_predictive"] = {"y": np.concatenate(rep).reshape(C, S, n)}
+            observed = self.train_y if self.task == "regression" else np.asarray(self.train_y, np.float32)
+            groups["observed_data"] = {"y": np.asarray(observed)}
+            if self.task == "regression":
+                posterior["sigma"] = np.concatenate(sigma).reshape(C, S)
+            dims = {"y": ["obs"]}
+        return make_inference_data(groups, dims=dims)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Pickle the posterior (numpy arrays and plain dataclasses only)."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        state["trees"] = tuple(np.asarray(a) for a in self.trees)
+        with open(path, "wb") as fh:
+            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def load(cls, path) -> "Posterior":
+        with open(path, "rb") as fh:
+            state = pickle.load(fh)
+        state["trees"] = Tree(*state["trees"])
+        return cls(**state)
+
+
+def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
+    """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
+    trees = Tree(*(np.asarray(a[:, num_warmup:]) for a in traces["tree"]))
+    stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in _SCALARS}
+    stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
+    warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in _SCALARS}
+    warm["log_posterior"] = warm["log_lik"] + warm["log_prior"]
+    return Posterior(trees=trees, stats=stats, warmup_stats=warm, **model)
+
+
+

@@ -1,0 +1,326 @@
+"""The host driver: runs any kernel for many chains in jitted blocks.
+
+* Chains are ``vmap``-ped and placed across the available devices with ``jax.shard_map`` over a
+  one-axis mesh ``("chain",)``; each device runs its share of chains with no communication.
+* Iteration ``t`` of chain ``c`` uses the key ``fold_in(fold_in(seed_key, c), t)``, so draws do not
+  depend on the number of chains, devices or the block size, and a resumed run equals an
+  uninterrupted one.
+* Iterations run in fixed-size blocks (``lax.scan`` of ``block_size`` steps; the last block masks
+  the steps past the end), so the number of iterations is not part of the compiled shape: one
+  compilation serves any run length.
+* Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+
+from .kernels.base import SamplingAlgorithm
+
+__all__ = ["run_chains", "trace_count", "chain_devices"]
+
+_TRACES = {"count": 0}
+
+
+def trace_count() -> int:
+    """How many times a block program has been traced in this process (tests use it)."""
+    return _TRACES["count"]
+
+
+def chain_devices(num_chains: int, devices=None) -> list:
+    """The devices chains are spread over: the most devices (of ``devices``, default all) that
+    divide ``num_chains`` evenly."""
+    devices = list(jax.devices() if devices is None else devices)
+    n = max(d for d in range(1, len(devices) + 1) if num_chains % d == 0)
+    return devices[:n]
+
+
+def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple):
+    """Jitted ``(chain_keys, states, data, start, n_valid) -> (states, traces)``."""
+
+    def one_chain(chain_key, state, data, start, n_valid):
+        def body(state, i):
+            new_state, info = algorithm.step(jax.random.fold_in(chain_key, start + i), state, data)
+            keep = i < n_valid
+            state = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_state, state)
+            return state, algorithm.trace(state, info)
+
+        return jax.lax.scan(body, state, jnp.arange(block_size))
+
+    def block(chain_keys, states, data, start, n_valid):
+        _TRACES["count"] += 1
+        return jax.vmap(one_chain, in_axes=(0, 0, None, None, None))(chain_keys, states, data, start, n_valid)
+
+    if len(devices) > 1:
+        mesh = Mesh(np.array(devices), ("chain",))
+        block = jax.shard_map(
+            block,
+            mesh=mesh,
+            in_specs=(P("chain"), P("chain"), P(), P(), P()),
+            out_specs=P("chain"),
+        )
+    return jax.jit(block)
+
+
+_PROGRAMS: dict = {}
+
+
+def _get_program(kind: str, algorithm: SamplingAlgorithm, block_size: int, devices: tuple, builder):
+    # Programs are cached on the algorithm's functions (which close over the static config), so
+    # repeated runs with the same configuration reuse one compiled executable.
+    key = (kind, algorithm.init, algorithm.step, algorithm.trace, block_size, devices)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = builder()
+    return _PROGRAMS[key]
+
+
+def _fingerprint(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, (np.ndarray, jax.Array)):
+            a = np.asarray(p)
+            h.update(str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+        else:
+            h.update(repr(p).encode())
+    return h.hexdigest()
+
+
+def run_chains(
+    algorithm: SamplingAlgorithm,
+    data,
+    *,
+    key: jax.Array,
+    num_chains: int,
+    num_iterations: int,
+    block_size: int = 500,
+    progress: bool | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    fingerprint: Any = None,
+    devices=None,
+    description: str = "sampling",
+) -> tuple[dict, Any]:
+    """Run ``num_chains`` chains of ``algorithm`` for ``num_iterations`` iterations.
+
+    Parameters
+    ----------
+    algorithm : SamplingAlgorithm
+    data : pytree of arrays passed to every step (never closed over).
+    key : typed PRNG key of the run.
+    num_chains, num_iterations : int
+    block_size : iterations per compiled block (a static shape; the run length is not).
+    progress : show a tqdm bar; default: only when stderr is a terminal.
+    checkpoint : path of a checkpoint file.  Written after every block; if it exists and belongs
+        to the same run (same algorithm config, data, key, chains, length), sampling resumes
+        from it and the result equals an uninterrupted run.
+    fingerprint : anything whose ``repr`` identifies the configuration (part of the checkpoint
+        identity).
+    devices : devices to spread chains over (default: all; see :func:`chain_devices`).
+
+    Returns
+    -------
+    traces : dict of numpy arrays shaped ``(num_chains, num_iterations, ...)`` (trees as a
+        :class:`~bdtree_jax.tree.Tree` of such arrays).
+    states : the final states (pytree with a leading chain axis).
+    """
+    if num_chains < 1 or num_iterations < 1:
+        raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
+    devices = tuple(chain_devices(num_chains, devices))
+    block_size = int(min(block_size, max(num_iterations, 1)))
+    chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    ident = _fingerprint(
+        fingerprint, jax.random.key_data(key), num_chains, num_iterations, *jax.tree.leaves(data)
+    )
+
+    init_fn = _get_program(
+        "init", algorithm, 0, devices, lambda: jax.jit(jax.vmap(algorithm.init, in_axes=(0, None)))
+    )
+    block_fn = _get_program(
+        "block", algorithm, block_size, devices, lambda: _block_program(algorithm, block_size, devices)
+    )
+
+    start, chunks, states = 0, [], None
+    if checkpoint is not None and os.path.exists(checkpoint):
+        with open(checkpoint, "rb") as fh:
+            saved = pickle.load(fh)
+        if saved.get("ident") == ident:
+            start, chunks = saved["start"], saved["chunks"]
+            states = jax.tree.map(jnp.asarray, saved["states"])
+    if states is None:
+        states = init_fn(jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1), data)
+    if len(devices) > 1:
+        sharding = jax.sharding.NamedSharding(Mesh(np.array(devices), ("chain",)), P("chain"))
+        states = jax.device_put(states, sharding)
+        chain_keys = jax.device_put(chain_keys, sharding)
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=num_iterations, initial=start, disable=not progress, desc=description, leave=False)
+    try:
+        while start < num_iterations:
+            n_valid = min(block_size, num_iterations - start)
+            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid))
+            chunks.append(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out))
+            start += n_valid
+            bar.update(n_valid)
+            if checkpoint is not None:
+                _write_checkpoint(checkpoint, ident, start, chunks, states)
+    finally:
+        bar.close()
+    traces = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *chunks)
+    return traces, states
+
+
+def _write_checkpoint(path, ident, start, chunks, states) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(
+            dict(ident=ident, start=start, chunks=chunks, states=jax.tree.map(np.asarray, states)),
+            fh,
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+    os.replace(tmp, path)
+
+
+
+# ----------------------------------------------------------------------------------------------
+# The one-call API: validate, build the model, run, return a Posterior.
+
+METHODS = ("cgm",)
+TASKS = ("classification", "regression")
+
+
+def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where):
+    from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
+    from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
+    from .priors import TreePrior
+
+    if task not in TASKS:
+        raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
+    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size)
+    X, names = check_X(X, estimator=where.rstrip(": "))
+    if X.shape[0] < 2 * min_leaf_size:
+        raise ValueError(
+            f"{where}X has {X.shape[0]} rows; at least 2 * min_leaf_size = {2 * min_leaf_size} are needed "
+            "for any split."
+        )
+    if task == "classification":
+        classes, codes = check_classification_y(y, X.shape[0], estimator=where.rstrip(": "))
+        if not concentration > 0:
+            raise ValueError(f"{where}concentration must be > 0; got {concentration!r}.")
+        likelihood = DirichletMultinomial(len(classes), float(concentration))
+        train_y = codes
+    else:
+        classes = None
+        yv = check_regression_y(y, X.shape[0], estimator=where.rstrip(": "))
+        hp = default_normal_hyperparameters(yv, nu=nu, lam=lam, a=a, mu_bar=mu_bar)
+        for k in ("nu", "lam", "a"):
+            if not hp[k] > 0:
+                raise ValueError(f"{where}{k} must be > 0; got {hp[k]!r}.")
+        likelihood = NormalMeanShift(**hp)
+        train_y = yv.astype(np.float32)
+    grid = make_split_grid(X)
+    bins = grid.bin(X)
+    point_stats = likelihood.point_stats(train_y if task == "regression" else codes)
+    data = make_tree_data(bins, point_stats)
+    names = names if names is not None else [f"x{f}" for f in range(X.shape[1])]
+    model = dict(
+        grid=grid, likelihood=likelihood, prior=prior, task=task, classes=classes,
+        feature_names=names, train_bins=bins, train_stats=point_stats, train_y=train_y,
+    )
+    return data, model
+
+
+def sample(
+    X,
+    y,
+    *,
+    task: str = "classification",
+    method: str = "cgm",
+    max_depth: int = 6,
+    alpha: float = 0.95,
+    beta: float = 1.0,
+    min_leaf_size: int = 1,
+    move_probs: tuple = (0.25, 0.25, 0.40, 0.10),
+    concentration: float = 1.0,
+    nu: float | None = None,
+    lam: float | None = None,
+    a: float | None = None,
+    mu_bar: float | None = None,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    num_chains: int = 4,
+    seed: int = 0,
+    progress: bool | None = None,
+    checkpoint=None,
+    block_size: int = 500,
+):
+    """Sample the posterior over trees for data ``(X, y)``.
+
+    Parameters
+    ----------
+    X : array-like or DataFrame of shape (n_samples, n_features), numeric.
+    y : array-like of shape (n_samples,): class labels or a real response.
+    task : "classification" (Dirichlet–multinomial leaves) or "regression" (normal mean-shift).
+    method : "cgm".
+    max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`).
+    move_probs : CGM (grow, prune, change, swap) probabilities.
+    concentration : Dirichlet concentration per class (classification).
+    nu, lam, a, mu_bar : normal mean-shift hyperparameters (regression); ``None`` picks the
+        data-based defaults of :func:`~bdtree_jax.likelihoods.default_normal_hyperparameters`.
+    num_warmup, num_samples, num_chains : iterations discarded, kept, and independent chains.
+    seed : int; same seed and settings give the same draws on any number of devices.
+    progress : tqdm bar (default: when stderr is a terminal).
+    checkpoint : path of a checkpoint file; an interrupted run resumes from it.
+    block_size : iterations per compiled block.
+
+    Returns
+    -------
+    Posterior
+
+    Examples
+    --------
+    >>> import bdtree_jax as bd
+    >>> X, y = bd.datasets.load("iris")
+    >>> post = bd.sample(X, y, num_warmup=200, num_samples=200, num_chains=2, max_depth=3)
+    >>> post.predict(X[:2]).tolist()
+    ['Iris-setosa', 'Iris-setosa']
+    """
+    import time
+
+    from .kernels import cgm as cgm_kernel
+    from .posterior import posterior_from_traces
+
+    where = "sample: "
+    if method not in METHODS:
+        raise ValueError(f"{where}unknown method {method!r}; available: {METHODS}.")
+    for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples), ("num_chains", num_chains)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (0 if name == "num_warmup" else 1):
+            raise ValueError(f"{where}{name} must be an integer >= {0 if name == 'num_warmup' else 1}; got {v!r}.")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
+    data, model = _build_model(
+        X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+        concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
+    )
+    config = cgm_kernel.CGMConfig(model["prior"], model["likelihood"], tuple(move_probs))
+    algorithm = cgm_kernel.cgm(config)
+    t0 = time.perf_counter()
+    traces, _ = run_chains(
+        algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
+        num_iterations=num_warmup + num_samples, block_size=block_size, progress=progress,
+        checkpoint=checkpoint, fingerprint=(method, config), description=method,
+    )
+    seconds = time.perf_counter() - t0
+    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))
+    return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)

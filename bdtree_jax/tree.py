@@ -1,0 +1,354 @@
+"""The padded decision tree: a fixed-size heap of arrays and pure operations on it.
+
+Layout
+------
+A tree of maximum depth ``D`` is stored as a 0-based heap of ``N = 2**(D+1) - 1`` slots: node ``i``
+has children ``2i+1`` (left, ``x_f <= t``) and ``2i+2`` (right) and parent ``(i-1)//2``; node ``i``
+sits at depth ``floor(log2(i+1))``.  Nodes at depth ``D`` can only be leaves.  A node is *active*
+when all its ancestors split; an active node that does not split is a *leaf*.
+
+Splits are stored as ``(feature, cut)`` where ``cut`` indexes the feature's sorted candidate
+thresholds (midpoints between consecutive distinct training values; see :mod:`bdtree_jax.data`).
+With inputs coded as bins (``bin = #thresholds strictly below x``), ``x_f <= threshold[f, c]`` is
+exactly ``bin_f <= c``, so the same integer comparison serves training and prediction.
+
+Unused slots are canonical: ``is_split=False``, ``feature=0``, ``cut=0``.  Every function here
+works on a single tree; ``vmap`` it over chains or draws.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._types import Array
+
+__all__ = [
+    "Tree",
+    "empty_tree",
+    "n_nodes",
+    "node_depths",
+    "active_nodes",
+    "leaf_nodes",
+    "nog_nodes",
+    "grow",
+    "prune",
+    "change",
+    "swap",
+    "leaf_index",
+    "n_leaves",
+    "tree_depth",
+    "to_string",
+    "from_string",
+    "tree_text",
+    "plot_tree",
+]
+
+
+class Tree(NamedTuple):
+    """A padded heap tree (one tree; leading axes may be added for chains/draws).
+
+    Attributes
+    ----------
+    is_split : (N,) bool
+        Whether the node splits.  False for leaves and unused slots.
+    feature : (N,) int32
+        Split feature of splitting nodes, 0 elsewhere.
+    cut : (N,) int32
+        Index of the split threshold among the feature's candidates, 0 elsewhere.
+    """
+
+    is_split: Array
+    feature: Array
+    cut: Array
+
+
+def n_nodes(max_depth: int) -> int:
+    """Number of heap slots ``2**(max_depth+1) - 1``."""
+    return 2 ** (max_depth + 1) - 1
+
+
+def max_depth_of(tree: Tree) -> int:
+    """The ``max_depth`` a padded tree was built for (from its static size)."""
+    return int(np.log2(tree.is_split.shape[-1] + 1)) - 1
+
+
+def node_depths(max_depth: int) -> np.ndarray:
+    """Depth of every heap slot, shape (N,) int32."""
+    return np.floor(np.log2(np.arange(n_nodes(max_depth)) + 1)).astype(np.int32)
+
+
+def empty_tree(max_depth: int) -> Tree:
+    """The stump (root is a leaf) of size ``n_nodes(max_depth)``."""
+    n = n_nodes(max_depth)
+    return Tree(jnp.zeros(n, bool), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
+
+
+def active_nodes(tree: Tree) -> Array:
+    """(N,) bool: node exists (all its ancestors split)."""
+    n = tree.is_split.shape[-1]
+    d = max_depth_of(tree)
+    active = jnp.zeros(n, bool).at[0].set(True)
+    for level in range(1, d + 1):
+        lo, hi = 2**level - 1, 2 ** (level + 1) - 1
+        parents = (jnp.arange(lo, hi) - 1) // 2
+        active = active.at[lo:hi].set(active[parents] & tree.is_split[parents])
+    return active
+
+
+def leaf_nodes(tree: Tree) -> Array:
+    """(N,) bool: active nodes that do not split."""
+    return active_nodes(tree) & ~tree.is_split
+
+
+def _children_split(tree: Tree) -> tuple[Array, Array]:
+    """(N,) bool each: whether the left / right child splits (False below depth D)."""
+    n = tree.is_split.shape[-1]
+    padded = jnp.concatenate([tree.is_split, jnp.zeros(n + 1, bool)])
+    idx = jnp.arange(n)
+    return padded[2 * idx + 1], padded[2 * idx + 2]
+
+
+def nog_nodes(tree: Tree) -> Array:
+    """(N,) bool: splitting nodes whose two children are leaves ("nogs", prunable)."""
+    left, right = _children_split(tree)
+    return tree.is_split & ~left & ~right
+
+
+def grow(tree: Tree, node: Array, feature: Array, cut: Array) -> Tree:
+    """Split leaf ``node`` on ``(feature, cut)``; the caller guarantees ``node`` is a growable leaf."""
+    return Tree(
+        tree.is_split.at[node].set(True),
+        tree.feature.at[node].set(feature),
+        tree.cut.at[node].set(cut),
+    )
+
+
+def prune(tree: Tree, node: Array) -> Tree:
+    """Turn nog ``node`` into a leaf (its two leaf children disappear)."""
+    return Tree(
+        tree.is_split.at[node].set(False),
+        tree.feature.at[node].set(0),
+        tree.cut.at[node].set(0),
+    )
+
+
+def change(tree: Tree, node: Array, feature: Array, cut: Array) -> Tree:
+    """Replace the rule of splitting ``node``."""
+    return Tree(tree.is_split, tree.feature.at[node].set(feature), tree.cut.at[node].set(cut))
+
+
+def swap(tree: Tree, child: Array) -> Tree:
+    """Swap the rule of splitting ``child`` with its parent's (CGM98's SWAP).
+
+    If both children of the parent split with the same rule, the parent's rule is swapped with
+    both children's, as in CGM98.
+    """
+    parent = (child - 1) // 2
+    sibling = jnp.where(child % 2 == 1, child + 1, child - 1)
+    same = (
+        tree.is_split[sibling]
+        & (tree.feature[sibling] == tree.feature[child])
+        & (tree.cut[sibling] == tree.cut[child])
+    )
+    pf, pc = tree.feature[parent], tree.cut[parent]
+    cf, cc = tree.feature[child], tree.cut[child]
+    feature = tree.feature.at[parent].set(cf).at[child].set(pf)
+    cut = tree.cut.at[parent].set(cc).at[child].set(pc)
+    feature = feature.at[sibling].set(jnp.where(same, pf, feature[sibling]))
+    cut = cut.at[sibling].set(jnp.where(same, pc, cut[sibling]))
+    return Tree(tree.is_split, feature, cut)
+
+
+def leaf_index(tree: Tree, bins: Array) -> Array:
+    """Hard leaf assignment.
+
+    Parameters
+    ----------
+    tree : Tree
+    bins : (n, F) int32 bin codes of the inputs.
+
+    Returns
+    -------
+    (n,) int32 heap index of each row's leaf.
+    """
+    d = max_depth_of(tree)
+    node = jnp.zeros(bins.shape[0], jnp.int32)
+    for _ in range(d):
+        split = tree.is_split[node]
+        go_right = jnp.take_along_axis(bins, tree.feature[node][:, None], axis=1)[:, 0] > tree.cut[node]
+        node = jnp.where(split, 2 * node + 1 + go_right.astype(jnp.int32), node)
+    return node
+
+
+def n_leaves(tree: Tree) -> Array:
+    """() int32 number of leaves."""
+    return leaf_nodes(tree).sum().astype(jnp.int32)
+
+
+def tree_depth(tree: Tree) -> Array:
+    """() int32 depth of the deepest leaf (0 for the stump)."""
+    depths = jnp.asarray(node_depths(max_depth_of(tree)))
+    return jnp.max(jnp.where(leaf_nodes(tree), depths, 0)).astype(jnp.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Host-side export (numpy; one tree at a time)
+
+
+def _fmt(t: float) -> str:
+    return format(float(t), ".10g")
+
+
+def to_string(tree: Tree, thresholds: np.ndarray) -> str:
+    """The tree in the library's canonical grammar.
+
+    Leaf ``L``; split ``x{f}<={t}({left},{right})`` where the left child holds ``x_f <= t``.
+
+    Parameters
+    ----------
+    tree : Tree of numpy or jax arrays, one tree.
+    thresholds : (F, C) float array, ``thresholds[f, c]`` is cut ``c`` of feature ``f``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = Tree(np.array([True, False, False]), np.array([1, 0, 0]), np.array([0, 0, 0]))
+    >>> to_string(t, np.array([[0.5], [2.5]]))
+    'x1<=2.5(L,L)'
+    """
+    is_split = np.asarray(tree.is_split)
+    feature = np.asarray(tree.feature)
+    cut = np.asarray(tree.cut)
+
+    def rec(i: int) -> str:
+        if not is_split[i]:
+            return "L"
+        f = int(feature[i])
+        return f"x{f}<={_fmt(thresholds[f, cut[i]])}({rec(2 * i + 1)},{rec(2 * i + 2)})"
+
+    return rec(0)
+
+
+def from_string(text: str, thresholds: np.ndarray, max_depth: int) -> Tree:
+    """Parse :func:`to_string` output back into a padded tree (numpy arrays).
+
+    Thresholds are matched to the nearest candidate of the feature.
+    """
+    n = n_nodes(max_depth)
+    is_split = np.zeros(n, bool)
+    feature = np.zeros(n, np.int32)
+    cut = np.zeros(n, np.int32)
+    pos = 0
+
+    def rec(i: int) -> None:
+        nonlocal pos
+        if text[pos] == "L":
+            pos += 1
+            return
+        if i >= n or 2 * i + 1 >= n:
+            raise ValueError(f"tree string is deeper than max_depth={max_depth}: {text!r}")
+        end = text.index("(", pos)
+        lhs, t = text[pos + 1 : end].split("<=")
+        f = int(lhs)
+        row = np.asarray(thresholds[f], float)
+        c = int(np.nanargmin(np.abs(np.where(np.isfinite(row), row, np.nan) - float(t))))
+        is_split[i], feature[i], cut[i] = True, f, c
+        pos = end + 1
+        rec(2 * i + 1)
+        assert text[pos] == ","
+        pos += 1
+        rec(2 * i + 2)
+        assert text[pos] == ")"
+        pos += 1
+
+    rec(0)
+    if pos != len(text):
+        raise ValueError(f"trailing characters in tree string {text!r}")
+    return Tree(is_split, feature, cut)
+
+
+def tree_text(
+    tree: Tree,
+    thresholds: np.ndarray,
+    feature_names: Sequence[str] | None = None,
+    leaf_labels: Sequence[str] | None = None,
+) -> str:
+    """Indented, human-readable text of one tree.
+
+    ``leaf_labels`` (optional) maps heap index -> label printed at that leaf.
+    """
+    is_split = np.asarray(tree.is_split)
+    feature = np.asarray(tree.feature)
+    cut = np.asarray(tree.cut)
+    names = list(feature_names) if feature_names is not None else None
+    lines: list[str] = []
+
+    def rec(i: int, indent: str) -> None:
+        if not is_split[i]:
+            label = f": {leaf_labels[i]}" if leaf_labels is not None else ""
+            lines.append(f"{indent}leaf {i}{label}")
+            return
+        f = int(feature[i])
+        name = names[f] if names is not None else f"x{f}"
+        t = _fmt(thresholds[f, cut[i]])
+        lines.append(f"{indent}{name} <= {t}")
+        rec(2 * i + 1, indent + "|   ")
+        lines.append(f"{indent}{name} > {t}")
+        rec(2 * i + 2, indent + "|   ")
+
+    rec(0, "")
+    return "\n".join(lines)
+
+
+def plot_tree(
+    tree: Tree,
+    thresholds: np.ndarray,
+    feature_names: Sequence[str] | None = None,
+    leaf_labels: Sequence[str] | None = None,
+    ax=None,
+):
+    """Draw one tree with matplotlib; returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    is_split = np.asarray(tree.is_split)
+    feature = np.asarray(tree.feature)
+    cut = np.asarray(tree.cut)
+    names = list(feature_names) if feature_names is not None else None
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 5))
+    # x position of each leaf: in-order index; internal nodes centred over their children.
+    xpos: dict[int, float] = {}
+    order = [0]
+
+    def place(i: int) -> float:
+        if not is_split[i]:
+            xpos[i] = order[0]
+            order[0] += 1
+            return xpos[i]
+        xl, xr = place(2 * i + 1), place(2 * i + 2)
+        xpos[i] = (xl + xr) / 2
+        return xpos[i]
+
+    place(0)
+    depth = {i: int(np.floor(np.log2(i + 1))) for i in xpos}
+    for i, x in xpos.items():
+        y = -depth[i]
+        if is_split[i]:
+            for c in (2 * i + 1, 2 * i + 2):
+                ax.plot([x, xpos[c]], [y, -depth[c]], color="0.6", zorder=1)
+            f = int(feature[i])
+            name = names[f] if names is not None else f"x{f}"
+            text = f"{name} <= {_fmt(thresholds[f, cut[i]])}"
+            box = dict(boxstyle="round", fc="#dde8f5", ec="#4a6fa5")
+        else:
+            text = str(leaf_labels[i]) if leaf_labels is not None else "leaf"
+            box = dict(boxstyle="round", fc="#eef5dd", ec="#6a8f3a")
+        ax.text(x, y, text, ha="center", va="center", bbox=box, zorder=2, fontsize=9)
+    ax.set_xlim(-0.7, max(order[0] - 0.3, 0.7))
+    ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
+    ax.axis("off")
+    return ax
