@@ -18,7 +18,7 @@ from .likelihoods import DirichletMultinomial, NormalMeanShift
 from .priors import TreePrior
 from .tree import _fmt
 
-__all__ = ["enumerate_posterior"]
+__all__ = ["enumerate_trees", "enumerate_posterior", "tv_distance"]
 
 
 def _valid_cuts(bins_col: np.ndarray, m: int) -> list[int]:
@@ -52,8 +52,8 @@ def _total_log_lik(lik, leaves) -> float:
     return float(const + r - 0.5 * (n + lik.nu) * math.log(q + lik.nu * lik.lam))
 
 
-def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood) -> dict[str, float]:
-    """Every tree with positive prior mass and its exact posterior probability.
+def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[str, float, float]]:
+    """Every tree with positive prior mass as ``(string, log_prior, log_lik)``.
 
     Parameters
     ----------
@@ -64,7 +64,7 @@ def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood) -> dict[st
 
     Returns
     -------
-    dict mapping :func:`bdtree_jax.tree.to_string` strings to posterior probabilities (sum 1).
+    list of ``(to_string(tree), log p(T), log p(Y | X, T))``.
     """
     grid = make_split_grid(X)
     bins = grid.bin(X)
@@ -91,8 +91,24 @@ def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood) -> dict[st
                         out.append((text, lp_rule + llp + rlp, lleaves + rleaves))
         return out
 
-    all_trees = trees(np.arange(bins.shape[0]), 0)
-    names = [t[0] for t in all_trees]
-    log_post = np.array([lp + _total_log_lik(likelihood, leaves) for _, lp, leaves in all_trees])
+    return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in trees(np.arange(bins.shape[0]), 0)]
+
+
+def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0) -> dict[str, float]:
+    """Exact posterior ``p(T | X, Y) ∝ p(T) p(Y | X, T)**beta`` over every tree (see
+    :func:`enumerate_trees`); ``beta`` is an inverse temperature (1 = the posterior).
+
+    Returns
+    -------
+    dict mapping :func:`bdtree_jax.tree.to_string` strings to probabilities (summing to 1).
+    """
+    all_trees = enumerate_trees(X, point_stats, prior, likelihood)
+    log_post = np.array([lp + beta * ll for _, lp, ll in all_trees])
     probs = np.exp(log_post - logsumexp(log_post))
-    return dict(zip(names, probs))
+    return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
+
+
+def tv_distance(p: dict, q: dict) -> float:
+    """Total-variation distance between two distributions given as ``{tree string: probability}``."""
+    keys = set(p) | set(q)
+    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in keys)

@@ -44,8 +44,17 @@ def chain_devices(num_chains: int, devices=None) -> list:
     return devices[:n]
 
 
-def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple):
-    """Jitted ``(chain_keys, states, data, start, n_valid) -> (states, traces)``."""
+CHAIN_METHODS = ("sequential", "vectorized")
+
+
+def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple, chain_method: str):
+    """Jitted ``(chain_keys, states, data, start, n_valid) -> (states, traces)``.
+
+    Within a device, chains are either ``vmap``-ped (``"vectorized"``: one batched program, best on
+    GPUs) or looped with ``lax.map`` (``"sequential"``: every chain runs the same scalar program, so
+    draws are bit-identical whatever the number of chains per device, and a move only pays for
+    its own branch).
+    """
 
     def one_chain(chain_key, state, data, start, n_valid):
         def body(state, i):
@@ -58,7 +67,9 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
 
     def block(chain_keys, states, data, start, n_valid):
         _TRACES["count"] += 1
-        return jax.vmap(one_chain, in_axes=(0, 0, None, None, None))(chain_keys, states, data, start, n_valid)
+        if chain_method == "vectorized":
+            return jax.vmap(one_chain, in_axes=(0, 0, None, None, None))(chain_keys, states, data, start, n_valid)
+        return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid), (chain_keys, states))
 
     if len(devices) > 1:
         mesh = Mesh(np.array(devices), ("chain",))
@@ -106,6 +117,7 @@ def run_chains(
     checkpoint: str | os.PathLike | None = None,
     fingerprint: Any = None,
     devices=None,
+    chain_method: str | None = None,
     description: str = "sampling",
 ) -> tuple[dict, Any]:
     """Run ``num_chains`` chains of ``algorithm`` for ``num_iterations`` iterations.
@@ -124,6 +136,11 @@ def run_chains(
     fingerprint : anything whose ``repr`` identifies the configuration (part of the checkpoint
         identity).
     devices : devices to spread chains over (default: all; see :func:`chain_devices`).
+    chain_method : how chains share a device: ``"sequential"`` (default on CPU; ``lax.map``) or
+        ``"vectorized"`` (default on GPU; ``vmap``).  Either way the trees, moves and acceptances
+        of chain ``c`` do not depend on the number of chains or devices; floating-point
+        diagnostics (log-likelihood, log-prior) can differ in the last bit because XLA compiles
+        a batch of one chain differently from a batch of several.
 
     Returns
     -------
@@ -134,6 +151,10 @@ def run_chains(
     if num_chains < 1 or num_iterations < 1:
         raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
     devices = tuple(chain_devices(num_chains, devices))
+    if chain_method is None:
+        chain_method = "sequential" if devices[0].platform == "cpu" else "vectorized"
+    if chain_method not in CHAIN_METHODS:
+        raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
     block_size = int(min(block_size, max(num_iterations, 1)))
     chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
     ident = _fingerprint(
@@ -144,7 +165,8 @@ def run_chains(
         "init", algorithm, 0, devices, lambda: jax.jit(jax.vmap(algorithm.init, in_axes=(0, None)))
     )
     block_fn = _get_program(
-        "block", algorithm, block_size, devices, lambda: _block_program(algorithm, block_size, devices)
+        ("block", chain_method), algorithm, block_size, devices,
+        lambda: _block_program(algorithm, block_size, devices, chain_method),
     )
 
     start, chunks, states = 0, [], None
