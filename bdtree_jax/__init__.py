@@ -9,6 +9,7 @@ from ._devices import configure_cpu_devices
 configure_cpu_devices()
 
 from . import datasets, exact, kernels, likelihoods, priors, tree  # noqa: E402
+from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior  # noqa: E402
@@ -19,6 +20,8 @@ from .tree import Tree  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "BayesianTreeClassifier",
+    "BayesianTreeRegressor",
     "DirichletMultinomial",
     "NormalMeanShift",
     "Posterior",

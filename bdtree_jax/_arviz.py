@@ -1,24 +1,84 @@
-"""ArviZ construction that works with ArviZ 0.2x (InferenceData) and 1.x (DataTree)."""
+"""ArviZ construction that works with ArviZ 0.2x (InferenceData) and 1.x (DataTree).
+
+ArviZ 1.x (``arviz`` 1.x on top of ``arviz-base``/``arviz-stats``/``arviz-plots``) replaced
+``InferenceData`` by :class:`xarray.DataTree` and changed ``from_dict``: 0.2x takes one keyword
+argument per group (``from_dict(posterior=..., sample_stats=...)``), 1.x takes the nested
+dictionary as its first argument (``from_dict({"posterior": ..., ...})``).  Both return an object
+whose groups are reached as ``data["posterior"]`` / ``data.posterior`` and that ``az.summary``,
+``az.rhat``, ``az.loo`` and ``az.plot_trace`` of the same ArviZ accept.
+"""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-__all__ = ["make_inference_data"]
+__all__ = ["arviz_major_version", "make_inference_data"]
+
+# Groups without the (chain, draw) sample dimensions (ArviZ convention).
+_NO_SAMPLE_DIMS = ("observed_data", "constant_data", "predictions_constant_data")
+
+
+def arviz_major_version(version: str | None = None) -> int:
+    """Major version of the installed ArviZ (or of the version string `version`)."""
+    if version is None:
+        import arviz as az
+
+        version = az.__version__
+    match = re.match(r"\s*(\d+)", str(version))
+    if match is None:
+        raise RuntimeError(f"cannot parse the ArviZ version {version!r}")
+    return int(match.group(1))
+
+
+def _coords(groups: dict, dims: dict) -> dict:
+    """Integer coordinates ``0..size-1`` for every named (non-sample) dimension, checking that
+    every variable's event shape matches its ``dims`` and that a dimension has one size."""
+    coords: dict = {}
+    for group, variables in groups.items():
+        n_sample = 0 if group in _NO_SAMPLE_DIMS else 2
+        for name, arr in variables.items():
+            if arr.ndim < n_sample:
+                raise ValueError(
+                    f"{group}/{name}: expected leading (chain, draw) axes; got shape {arr.shape}"
+                )
+            event_shape = arr.shape[n_sample:]
+            names = dims.get(name)
+            if names is None:
+                continue
+            if len(names) != len(event_shape):
+                raise ValueError(
+                    f"{group}/{name}: dims {names} do not match the event shape {event_shape}"
+                )
+            for dim, size in zip(names, event_shape):
+                if dim in coords and len(coords[dim]) != size:
+                    raise ValueError(
+                        f"dimension {dim!r} has size {len(coords[dim])} and {size} ({group}/{name})"
+                    )
+                coords.setdefault(dim, np.arange(size))
+    return coords
 
 
 def make_inference_data(groups: dict, dims: dict | None = None):
-    """Build ArviZ data from ``{group: {var: array}}``; (chain, draw) leading axes except
-    ``observed_data``."""
+    """Build ArviZ data from ``{group: {var: array}}``.
+
+    Every group except ``observed_data``/``constant_data`` has leading ``(chain, draw)`` axes.
+    ``dims`` maps a variable name (in any group) to the names of its trailing dimensions; these
+    get integer coordinates starting at 0.  Returns an ``arviz.InferenceData`` with ArviZ 0.x
+    and an ``xarray.DataTree`` with ArviZ >= 1.
+    """
     import arviz as az
 
-    dims = dims or {}
-    coords = {}
-    for group in groups.values():
-        for name, arr in group.items():
-            if name in dims:
-                coords.setdefault(dims[name][0], np.arange(np.shape(arr)[-1]))
-    major = int(str(getattr(az, "__version__", "0")).split(".")[0])
-    if major >= 1:
+    dims = {name: list(d) for name, d in (dims or {}).items()}
+    groups = {
+        group: {name: np.asarray(arr) for name, arr in variables.items()}
+        for group, variables in groups.items()
+        if variables
+    }
+    coords = _coords(groups, dims)
+    if arviz_major_version(az.__version__) >= 1:
+        # arviz_base.from_dict(data, *, coords, dims, ...) -> xarray.DataTree
         return az.from_dict(groups, coords=coords, dims=dims)
+    # arviz 0.x: from_dict(posterior=..., sample_stats=..., ..., coords, dims) -> InferenceData
     return az.from_dict(**groups, coords=coords, dims=dims)

@@ -39,12 +39,19 @@ class TreeData(NamedTuple):
         Each feature's bins sorted ascending (order statistics for ``min_leaf_size > 1``).
     sorted_index : (F, n) int32
         The row permutation that sorts each feature.
+    split_prob : (N,) float32
+        The prior's split probability ``alpha (1 + d)**-beta`` of every heap slot, 0 at
+        ``max_depth`` (numbers, not structure: changing alpha or beta does not recompile).
+    likelihood : DirichletMultinomial or NormalMeanShift (a pytree; see
+        :mod:`bdtree_jax.likelihoods`).
     """
 
     bins: Array
     point_stats: Array
     sorted_bins: Array
     sorted_index: Array
+    split_prob: Array
+    likelihood: object
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,9 +97,21 @@ def make_split_grid(X: np.ndarray) -> SplitGrid:
     return SplitGrid(thresholds, np.array([len(c) for c in cuts]))
 
 
-def make_tree_data(bins: np.ndarray, point_stats: np.ndarray) -> TreeData:
-    """Assemble :class:`TreeData` from bin codes (n, F) and per-row statistics (n, S)."""
+def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
+    """Assemble :class:`TreeData`.
+
+    Parameters
+    ----------
+    bins : (n, F) bin codes (:meth:`SplitGrid.bin`).
+    y : (n,) class codes ``0..K-1`` or real responses (passed to ``likelihood.point_stats``).
+    prior : TreePrior
+    likelihood : DirichletMultinomial or NormalMeanShift
+    """
     import jax.numpy as jnp
+
+    from .priors import split_probability
+
+    point_stats = likelihood.point_stats(np.asarray(y))
 
     bins = np.asarray(bins, np.int32)
     order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
@@ -102,6 +121,8 @@ def make_tree_data(bins: np.ndarray, point_stats: np.ndarray) -> TreeData:
         jnp.asarray(point_stats, jnp.float32),
         jnp.asarray(sorted_bins),
         jnp.asarray(order),
+        jnp.asarray(split_probability(prior)),
+        likelihood,
     )
 
 

@@ -1,6 +1,8 @@
 """Integrated (marginal) likelihoods of a tree from per-leaf sufficient statistics.
 
-A likelihood is a frozen, hashable dataclass (static under ``jit``) with
+A likelihood is a frozen dataclass registered as a JAX pytree: its numeric hyperparameters are
+leaves (so new values do not recompile anything) and its structure (e.g. the number of classes)
+is static.  It travels inside :class:`~bdtree_jax.data.TreeData`.  It offers
 
 * ``point_stats(y) -> (n, S)``: per-row statistics (host side, numpy);
 * ``log_lik(stats, is_leaf) -> ()``: log marginal likelihood from node statistics (N, S);
@@ -11,6 +13,7 @@ A likelihood is a frozen, hashable dataclass (static under ``jit``) with
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -23,6 +26,7 @@ from ._types import Array
 __all__ = ["DirichletMultinomial", "NormalMeanShift", "default_normal_hyperparameters"]
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["concentration"], meta_fields=["n_classes"])
 @dataclass(frozen=True)
 class DirichletMultinomial:
     """Classification: leaf class probabilities ``p ~ Dirichlet(concentration, ..., concentration)``.
@@ -72,6 +76,9 @@ class DirichletMultinomial:
         return jnp.log(jnp.take_along_axis(params, codes[:, None], axis=1)[:, 0])
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["nu", "lam", "a", "mu_bar"], meta_fields=[]
+)
 @dataclass(frozen=True)
 class NormalMeanShift:
     """Regression: CGM98's conjugate mean-shift model.

@@ -22,7 +22,7 @@ __all__ = ["Posterior"]
 _SCALARS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move")
 
 
-@functools.partial(jax.jit, static_argnums=(4,))
+@jax.jit
 def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihood):
     """Posterior-mean leaf parameter at each test row, per draw: (draws, n_test, P)."""
 
@@ -34,7 +34,7 @@ def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihoo
     return jax.vmap(one)(trees)
 
 
-@functools.partial(jax.jit, static_argnums=(4,))
+@jax.jit
 def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, codes):
     """Per draw: leaf parameters drawn from their conditional posterior, the pointwise
     log-likelihood of every training row and a replicated response.  Shapes (draws, n)."""
@@ -259,45 +259,72 @@ class Posterior:
         ``log_prior``, ``accepted``, ``move``), and with ``pointwise=True`` ``log_likelihood``
         (``y``: log p(y_i | leaf parameters) with the leaf parameters of every draw drawn from their
         conditional posterior, for LOO/WAIC), ``posterior_predictive`` (``y``: a replicated
-        response per draw) and ``observed_data``.
+        response per draw) and ``observed_data`` (``y``: the training response, class codes
+        ``0..K-1`` for classification).  The pointwise variables have dimension ``obs``.
+
+        Parameters
+        ----------
+        pointwise : bool
+            Add the ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` groups
+            (and ``sigma``), which cost one pass over the training rows per draw.
+        seed : int
+            Seed of the leaf-parameter, ``sigma`` and replicated-response draws.
+        max_draws_pointwise : int, optional
+            With ``pointwise=True``, keep at most this many draws (at least one per chain) by
+            taking every k-th draw of each chain; every group is thinned the same way so that
+            the groups stay aligned on ``(chain, draw)``.
         """
         from ._arviz import make_inference_data
 
         C, S = self.num_chains, self.num_draws
-        posterior = {
-            "n_leaves": np.asarray(self.stats["n_leaves"]),
-            "depth": np.asarray(self.stats["depth"]),
-        }
+        keep = np.arange(S)
+        if pointwise and max_draws_pointwise is not None:
+            if int(max_draws_pointwise) < C:
+                raise ValueError(
+                    f"max_draws_pointwise must be >= num_chains ({C}); got {max_draws_pointwise!r}."
+                )
+            per_chain = int(max_draws_pointwise) // C
+            keep = keep[:: -(-S // per_chain)]
+        S = len(keep)
+
+        def kept(name):
+            return np.asarray(self.stats[name])[:, keep]
+
+        posterior = {"n_leaves": kept("n_leaves"), "depth": kept("depth")}
         sample_stats = {
-            "lp": np.asarray(self.stats["log_posterior"]),
-            "log_marginal_likelihood": np.asarray(self.stats["log_lik"]),
-            "log_prior": np.asarray(self.stats["log_prior"]),
-            "accepted": np.asarray(self.stats["accepted"]),
-            "move": np.asarray(self.stats["move"]),
+            "lp": kept("log_posterior"),
+            "log_marginal_likelihood": kept("log_lik"),
+            "log_prior": kept("log_prior"),
+            "accepted": kept("accepted"),
+            "move": kept("move"),
         }
         groups = {"posterior": posterior, "sample_stats": sample_stats}
         dims = {}
         if pointwise:
-            keys = jax.random.split(jax.random.key(seed), C * S)
-            flat = Tree(*(jnp.asarray(a) for a in self._flat_trees()))
+            total, chunk = C * S, 256
+            keys = jax.random.split(jax.random.key(seed), total)
+            flat = Tree(*(np.asarray(a)[:, keep].reshape(total, -1) for a in self.trees))
+            # Pad to whole chunks so that _draw_pointwise compiles for a single shape.
+            idx = np.concatenate([np.arange(total), np.zeros(-total % chunk, int)])
+            train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
             codes = jnp.asarray(self.train_y)
             loglik, rep, sigma = [], [], []
-            for s in range(0, C * S, 256):
-                sl = slice(s, s + 256)
+            for s in range(0, len(idx), chunk):
+                sel = idx[s : s + chunk]
                 out = _draw_pointwise(
-                    keys[sl], Tree(*(a[sl] for a in flat)), jnp.asarray(self.train_bins),
-                    jnp.asarray(self.train_stats), self.likelihood, codes,
+                    keys[sel], Tree(*(jnp.asarray(a[sel]) for a in flat)), train_bins,
+                    train_stats, self.likelihood, codes,
                 )
                 loglik.append(np.asarray(out[0]))
                 rep.append(np.asarray(out[1]))
                 sigma.append(np.asarray(out[2]))
             n = self.train_bins.shape[0]
-            groups["log_likelihood"] = {"y": np.concatenate(loglik).reshape(C, S, n)}
-            groups["posterior_predictive"] = {"y": np.concatenate(rep).reshape(C, S, n)}
+            groups["log_likelihood"] = {"y": np.concatenate(loglik)[:total].reshape(C, S, n)}
+            groups["posterior_predictive"] = {"y": np.concatenate(rep)[:total].reshape(C, S, n)}
             observed = self.train_y if self.task == "regression" else np.asarray(self.train_y, np.float32)
             groups["observed_data"] = {"y": np.asarray(observed)}
             if self.task == "regression":
-                posterior["sigma"] = np.concatenate(sigma).reshape(C, S)
+                posterior["sigma"] = np.concatenate(sigma)[:total].reshape(C, S)
             dims = {"y": ["obs"]}
         return make_inference_data(groups, dims=dims)
 

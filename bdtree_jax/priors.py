@@ -135,22 +135,22 @@ def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array) -> Array:
     return jnp.where(ok, -jnp.log(n_valid_features) - jnp.log(w), -jnp.inf)
 
 
-def splittable(lo: Array, hi: Array, prior: TreePrior) -> Array:
-    """(N,) bool: the node has a valid cut and lies above ``max_depth``."""
-    d = jnp.asarray(node_depths(prior.max_depth))
-    return jnp.any(hi > lo, axis=-1) & (d < prior.max_depth)
+def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
+    """(N,) bool: the node has a valid cut and a positive split probability (above max_depth)."""
+    return jnp.any(hi > lo, axis=-1) & (split_prob > 0)
 
 
-def log_tree_prior(tree: Tree, lo: Array, hi: Array, prior: TreePrior) -> Array:
+def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array) -> Array:
     """log p(T) under the truncated CGM98 prior; ``-inf`` if a rule is invalid for its node.
 
     Parameters
     ----------
     lo, hi : (N, F) int32 node bounds of this tree (:func:`node_bounds`).
+    split_prob : (N,) :func:`split_probability` of the prior.
     """
     active = active_nodes(tree)
-    p = jnp.asarray(split_probability(prior))
-    can = splittable(lo, hi, prior)
+    p = split_prob
+    can = splittable(lo, hi, split_prob)
     p_eff = jnp.where(can, p, 0.0)
     rule = jax.vmap(log_rule_prob)(lo, hi, tree.feature, tree.cut)
     internal = jnp.log(jnp.where(can, p, 1.0)) + rule

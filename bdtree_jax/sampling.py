@@ -253,8 +253,8 @@ def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentra
         train_y = yv.astype(np.float32)
     grid = make_split_grid(X)
     bins = grid.bin(X)
-    point_stats = likelihood.point_stats(train_y if task == "regression" else codes)
-    data = make_tree_data(bins, point_stats)
+    data = make_tree_data(bins, train_y, prior, likelihood)
+    point_stats = np.asarray(data.point_stats)
     names = names if names is not None else [f"x{f}" for f in range(X.shape[1])]
     model = dict(
         grid=grid, likelihood=likelihood, prior=prior, task=task, classes=classes,
@@ -335,13 +335,13 @@ def sample(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
     )
-    config = cgm_kernel.CGMConfig(model["prior"], model["likelihood"], tuple(move_probs))
+    config = cgm_kernel.CGMConfig.from_prior(model["prior"], move_probs)
     algorithm = cgm_kernel.cgm(config)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
         num_iterations=num_warmup + num_samples, block_size=block_size, progress=progress,
-        checkpoint=checkpoint, fingerprint=(method, config), description=method,
+        checkpoint=checkpoint, fingerprint=(method, config, model["prior"]), description=method,
     )
     seconds = time.perf_counter() - t0
     info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))

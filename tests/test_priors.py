@@ -27,8 +27,8 @@ def test_prior_and_likelihood_match_enumeration(toy_data, task, min_leaf_size, m
     # the truncated prior is a probability distribution over the enumerated trees
     np.testing.assert_allclose(logsumexp([lp for _, lp, _ in trees]), 0.0, atol=1e-9)
     grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), ps)
-    config = CGMConfig(prior, lik)
+    data = make_tree_data(grid.bin(X), y_class if task == "class" else y_reg, prior, lik)
+    config = CGMConfig.from_prior(prior)
     parsed = [from_string(s, grid.thresholds, max_depth) for s, _, _ in trees]
     stacked = Tree(*(jnp.asarray(np.stack(a)) for a in zip(*parsed)))
     states = jax.jit(jax.vmap(lambda t: init(None, data, config, t)))(stacked)
@@ -41,9 +41,9 @@ def test_invalid_rule_has_zero_prior(toy_data):
     prior = TreePrior(max_depth=2, min_leaf_size=2)
     lik = DirichletMultinomial(2)
     grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), lik.point_stats(y_class))
+    data = make_tree_data(grid.bin(X), y_class, prior, lik)
     # x0 <= 1.5 leaves one row on the left: invalid with min_leaf_size=2
     t = Tree(*(jnp.asarray(a) for a in from_string("x0<=1.5(L,L)", grid.thresholds, 2)))
-    assert np.isneginf(float(init(None, data, CGMConfig(prior, lik), t).log_prior))
+    assert np.isneginf(float(init(None, data, CGMConfig.from_prior(prior), t).log_prior))
     ok = Tree(*(jnp.asarray(a) for a in from_string("x0<=2.5(L,L)", grid.thresholds, 2)))
-    assert np.isfinite(float(init(None, data, CGMConfig(prior, lik), ok).log_prior))
+    assert np.isfinite(float(init(None, data, CGMConfig.from_prior(prior), ok).log_prior))

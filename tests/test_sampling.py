@@ -19,8 +19,9 @@ def problem():
     _, codes = np.unique(y, return_inverse=True)
     lik = DirichletMultinomial(3)
     grid = make_split_grid(X.to_numpy())
-    data = make_tree_data(grid.bin(X.to_numpy()), lik.point_stats(codes))
-    algorithm = cgm.cgm(cgm.CGMConfig(TreePrior(max_depth=4), lik))
+    prior = TreePrior(max_depth=4)
+    data = make_tree_data(grid.bin(X.to_numpy()), codes, prior, lik)
+    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
     return algorithm, data
 
 

@@ -52,16 +52,24 @@ _REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
 class CGMConfig:
     """Static configuration of the CGM kernel.
 
+    Only structure lives here; numbers that do not change the program (alpha, beta, likelihood
+    hyperparameters) travel in :class:`~bdtree_jax.data.TreeData`, so refitting with other values
+    or other data of the same shape reuses the compiled program.
+
     Attributes
     ----------
-    prior : TreePrior
-    likelihood : DirichletMultinomial or NormalMeanShift
+    max_depth : int
+    min_leaf_size : int
     move_probs : (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10).
     """
 
-    prior: TreePrior
-    likelihood: object
+    max_depth: int
+    min_leaf_size: int = 1
     move_probs: tuple = (0.25, 0.25, 0.40, 0.10)
+
+    @classmethod
+    def from_prior(cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10)) -> "CGMConfig":
+        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs))
 
     def __post_init__(self):
         p = tuple(float(x) for x in self.move_probs)
@@ -109,9 +117,9 @@ class CGMInfo(NamedTuple):
 def _score(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
     """Full (re)computation of the cached statistics of ``tree``."""
     leaf_id, stats = node_stats(tree, data)
-    lo, hi = node_bounds(tree, leaf_id, data, config.prior.min_leaf_size)
-    log_lik = config.likelihood.log_lik(stats, leaf_nodes(tree))
-    log_prior = log_tree_prior(tree, lo, hi, config.prior)
+    lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+    log_lik = data.likelihood.log_lik(stats, leaf_nodes(tree))
+    log_prior = log_tree_prior(tree, lo, hi, data.split_prob)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 
@@ -119,14 +127,14 @@ def init(key: PRNGKey | None, data: TreeData, config: CGMConfig, tree: Tree | No
     """Initial state at ``tree`` (default: the stump).  ``key`` is unused (kept for the protocol)."""
     del key
     if tree is None:
-        tree = empty_tree(config.prior.max_depth)
+        tree = empty_tree(config.max_depth)
     return _score(tree, data, config, beta)
 
 
-def _targets(state: CGMState, prior: TreePrior) -> Array:
+def _targets(state: CGMState, data: TreeData) -> Array:
     """(4, N) bool: the nodes each move can act on (grow, prune, change, swap)."""
     leaf = leaf_nodes(state.tree)
-    growable = leaf & splittable(state.lo, state.hi, prior)
+    growable = leaf & splittable(state.lo, state.hi, data.split_prob)
     internal = state.tree.is_split
     return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
 
@@ -150,7 +158,7 @@ def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tu
     """One CGM98 MH proposal (see module docstring)."""
     k_move, k_node, k_rule, k_accept = jax.random.split(key, 4)
     tree = state.tree
-    targets = _targets(state, config.prior)
+    targets = _targets(state, data)
     counts = targets.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     any_move = jnp.any(counts > 0)
@@ -168,7 +176,7 @@ def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tu
     proposed = _score(proposed_tree, data, config, state.beta)
 
     # Proposal terms: q(T*|T) and q(T|T*).
-    counts_new = _targets(proposed, config.prior).sum(1)
+    counts_new = _targets(proposed, data).sum(1)
     log_p_new = _log_move_probs(counts_new, config.move_probs)
     reverse = _REVERSE[move]
     rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut)

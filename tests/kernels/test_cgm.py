@@ -48,8 +48,8 @@ def test_cgm_matches_enumerated_posterior(toy_data, task, min_leaf_size, max_dep
     ps = lik.point_stats(y)
     exact = enumerate_posterior(X, ps, prior, lik)
     grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), ps)
-    algorithm = cgm.cgm(cgm.CGMConfig(prior, lik))
+    data = make_tree_data(grid.bin(X), y, prior, lik)
+    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS, block_size=ITERS
     )
@@ -69,8 +69,8 @@ def test_moves_are_reversible_pairs(toy_data):
     prior = TreePrior(max_depth=3)
     lik = DirichletMultinomial(2)
     grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), lik.point_stats(y_class))
-    config = cgm.CGMConfig(prior, lik)
+    data = make_tree_data(grid.bin(X), y_class, prior, lik)
+    config = cgm.CGMConfig.from_prior(prior)
     step = jax.jit(lambda k, s: cgm.step(k, s, data, config))
     state = cgm.init(None, data, config)
     ratios = collections.defaultdict(list)

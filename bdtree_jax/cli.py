@@ -1,0 +1,203 @@
+"""Command line: ``bdtree run CONFIG.yaml``.
+
+A config is a flat YAML mapping (unknown keys are an error)::
+
+    name: iris_cgm            # run name (default: the file's stem)
+    dataset: iris             # bdtree_jax.datasets name; with split: paper, a paper split
+    split: paper              # "paper" (load_split), "none" (train = test = all rows), or a
+                              # test fraction such as 0.3 (stratified for classification, seeded)
+    task: classification      # optional; inferred from the dataset
+    method: cgm
+    max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, concentration,
+    alpha: 0.95               #        nu, lam, a, mu_bar, move_probs
+    beta: 1.0
+    num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
+    num_samples: 500
+    num_chains: 10
+    seed: 0
+    output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots
+
+Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
+kept draws averaged into one prediction; plus the pooled posterior's score), the ArviZ file
+``posterior.nc``, the pickled :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
+likelihood and leaves) and ``map_tree.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "load_config", "run_config"]
+
+_MODEL_KEYS = {"max_depth", "alpha", "beta", "min_leaf_size", "concentration", "nu", "lam", "a", "mu_bar", "move_probs"}
+_SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
+_RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}
+ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
+_REGRESSION_DATASETS = {"cgm"}
+
+
+def load_config(path) -> dict:
+    """Read and validate a YAML run config; raises ``ValueError`` naming bad keys or values."""
+    import yaml
+
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: a config must be a YAML mapping of keys to values.")
+    unknown = sorted(set(config) - ALLOWED_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown config keys {unknown}; allowed keys: {sorted(ALLOWED_KEYS)}.")
+    if "dataset" not in config:
+        raise ValueError(f"{path}: the config needs a 'dataset' key.")
+    config.setdefault("name", Path(path).stem)
+    config.setdefault("method", "cgm")
+    config.setdefault("split", "paper")
+    config.setdefault("output", os.path.join("runs", config["name"]))
+    from .sampling import METHODS
+
+    if config["method"] not in METHODS:
+        raise ValueError(f"{path}: unknown method {config['method']!r}; available: {METHODS}.")
+    return config
+
+
+def _load_data(config):
+    from . import datasets
+
+    name, split = config["dataset"], config["split"]
+    task = config.get("task") or ("regression" if name in _REGRESSION_DATASETS else "classification")
+    if split == "paper":
+        X_train, y_train, X_test, y_test = datasets.load_split(name)
+    else:
+        if name == "cgm":
+            X, y = datasets.make_cgm(800, seed=int(config.get("seed", 0)))
+        else:
+            X, y = datasets.load(name)
+        if split == "none":
+            X_train, y_train, X_test, y_test = X, y, X, y
+        else:
+            from sklearn.model_selection import train_test_split
+
+            frac = float(split)
+            if not 0 < frac < 1:
+                raise ValueError(f"split must be 'paper', 'none' or a test fraction in (0, 1); got {split!r}.")
+            X_train, X_test, y_train, y_test = train_test_split(
+                X, y, test_size=frac, random_state=int(config.get("seed", 0)),
+                stratify=y if task == "classification" else None,
+            )
+    return task, X_train, y_train, X_test, y_test
+
+
+def run_config(config: dict, *, progress: bool | None = None) -> dict:
+    """Run one config; returns the metrics dict (also written to ``output/metrics.json``)."""
+    from .sampling import sample
+
+    task, X_train, y_train, X_test, y_test = _load_data(config)
+    kwargs = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
+    if "move_probs" in kwargs:
+        kwargs["move_probs"] = tuple(kwargs["move_probs"])
+    t0 = time.perf_counter()
+    post = sample(X_train, y_train, task=task, method=config["method"], progress=progress, **kwargs)
+    seconds = time.perf_counter() - t0
+
+    out = Path(config["output"])
+    out.mkdir(parents=True, exist_ok=True)
+    draws = post.predict_draws(X_test)  # (chains*draws, n, P)
+    C, S = post.num_chains, post.num_draws
+    per_chain = draws.reshape(C, S, *draws.shape[1:]).mean(1)
+    y_true = np.asarray(y_test)
+    metrics = dict(
+        name=config["name"], dataset=config["dataset"], method=config["method"], task=task,
+        n_train=int(len(y_train)), n_test=int(len(y_test)), num_chains=C, num_draws_per_chain=S,
+        seconds=seconds, config={k: v for k, v in config.items()},
+    )
+    leaves = post.stats["n_leaves"].mean(1)
+    metrics["leaves_mean"], metrics["leaves_sd"] = float(leaves.mean()), float(leaves.std(ddof=1) if C > 1 else 0.0)
+    if task == "classification":
+        preds = post.classes[np.argmax(per_chain, axis=-1)]
+        acc = (preds == y_true[None, :]).mean(1)
+        pooled = (post.classes[np.argmax(draws.mean(0), axis=-1)] == y_true).mean()
+        metrics.update(test_accuracy_mean=float(acc.mean()), test_accuracy_sd=float(acc.std(ddof=1) if C > 1 else 0.0),
+                       test_accuracy_pooled=float(pooled), test_accuracy_per_chain=acc.tolist())
+    else:
+        mse = ((per_chain[..., 0] - y_true[None, :]) ** 2).mean(1)
+        pooled = ((draws.mean(0)[:, 0] - y_true) ** 2).mean()
+        metrics.update(test_mse_mean=float(mse.mean()), test_mse_sd=float(mse.std(ddof=1) if C > 1 else 0.0),
+                       test_mse_pooled=float(pooled), test_mse_per_chain=mse.tolist())
+    metrics["acceptance_rate"] = post.acceptance_rate()
+    metrics["map_tree"] = post.tree_text()
+    metrics["most_visited_tree"], metrics["most_visited_frequency"] = post.most_visited_tree()
+
+    with open(out / "metrics.json", "w") as fh:
+        json.dump(metrics, fh, indent=2, default=str)
+    post.save(out / "posterior.pkl")
+    idata = post.to_arviz(pointwise=task == "classification" or len(y_train) * C * S < 5e7)
+    idata.to_netcdf(str(out / "posterior.nc"))
+    _plots(post, out)
+    return metrics
+
+
+def _plots(post, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    for c in range(post.num_chains):
+        axes[0].plot(post.stats["log_lik"][c], lw=0.6)
+        axes[1].plot(post.stats["n_leaves"][c], lw=0.6)
+    axes[0].set_ylabel("log likelihood")
+    axes[1].set_ylabel("leaves")
+    axes[1].set_xlabel("draw (after warm-up)")
+    fig.tight_layout()
+    fig.savefig(out / "trace.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(10, 6))
+    post.plot_tree(ax=ax)
+    ax.set_title("MAP tree")
+    fig.tight_layout()
+    fig.savefig(out / "map_tree.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="bdtree", description="Bayesian decision trees in JAX.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a YAML config (see bdtree_jax.cli)")
+    run.add_argument("configs", nargs="+", help="YAML config files")
+    run.add_argument("--output", help="override the config's output folder (single config only)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key (YAML value), e.g. --set num_chains=2")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    args = parser.parse_args(argv)
+    import yaml
+
+    for path in args.configs:
+        try:
+            config = load_config(path)
+            for item in args.set:
+                k, sep, v = item.partition("=")
+                if not sep or k not in ALLOWED_KEYS:
+                    raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(ALLOWED_KEYS)}.")
+                config[k] = yaml.safe_load(v)
+            if args.output:
+                config["output"] = args.output
+            metrics = run_config(config, progress=args.progress)
+        except ValueError as err:
+            print(f"bdtree: error: {err}", file=sys.stderr)
+            return 2
+        score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
+        print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"], seconds=round(metrics["seconds"], 1), **score)))
+        print(f"wrote {config['output']}/: metrics.json posterior.nc posterior.pkl trace.png map_tree.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
