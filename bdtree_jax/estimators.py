@@ -145,7 +145,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     def predict(self, X) -> np.ndarray:
         """(n,) class with the highest posterior-averaged probability."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
@@ -216,6 +217,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         """(n,) posterior mean of the regression function."""
         return self.posterior_.predict(self._check_predict_X(X))
 
-    def predict_interval(self, X, prob: float = 0.9):
-        """``(lower, upper)`` equal-tailed credible interval of the regression function."""
-        return self.posterior_.predict_interval(self._check_predict_X(X), prob=prob)
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False):
+        """``(lower, upper)`` equal-tailed credible interval of the regression function, or with
+        ``predictive=True`` a prediction interval for a new response (noise included)."""
+        return self.posterior_.predict_interval(self._check_predict_X(X), prob=prob, predictive=predictive, seed=self.seed)

@@ -34,6 +34,28 @@ def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihoo
     return jax.vmap(one)(trees)
 
 
+@functools.partial(jax.jit, static_argnames=("predictive",))
+def _draw_function(keys, trees: Tree, train_bins, point_stats, test_bins, likelihood, predictive=False):
+    """Per draw, leaf parameters drawn from their conditional posterior, evaluated at the test rows:
+    (draws, n_test, P) class probabilities or regression function values (plus noise when
+    ``predictive``)."""
+
+    def one(key, tree):
+        n = tree.is_split.shape[-1]
+        stats = jax.ops.segment_sum(point_stats, leaf_index(tree, train_bins), num_segments=n)
+        test_leaf = leaf_index(tree, test_bins)
+        k1, k2, k3 = jax.random.split(key, 3)
+        if isinstance(likelihood, DirichletMultinomial):
+            return likelihood.sample_leaf(k1, stats)[test_leaf]
+        sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
+        mu = likelihood.sample_leaf(k1, stats, sigma2)[test_leaf]
+        if predictive:
+            mu = mu + jnp.sqrt(sigma2) * jax.random.normal(k2, mu.shape)
+        return mu
+
+    return jax.vmap(one)(keys, trees)
+
+
 @jax.jit
 def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, codes):
     """Per draw: leaf parameters drawn from their conditional posterior, the pointwise
@@ -208,24 +230,55 @@ class Posterior:
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) posterior-averaged class probabilities (classification)."""
         self._require("classification", "predict_proba")
-        return self.predict_draws(X).mean(0)
+        return self.predict_draws(X).mean(0, dtype=np.float64)
 
     def predict(self, X) -> np.ndarray:
         """Posterior-averaged prediction: class labels (classification) or means (regression)."""
-        mean = self.predict_draws(X).mean(0)
+        mean = self.predict_draws(X).mean(0, dtype=np.float64)
         if self.task == "classification":
             return self.classes[np.argmax(mean, axis=1)]
         return mean[:, 0]
 
-    def predict_interval(self, X, prob: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Equal-tailed credible interval of the posterior-mean prediction across draws.
+    def sample_function(self, X, *, predictive: bool = False, seed: int = 0, chunk: int = 256) -> np.ndarray:
+        """Posterior draws of the function at X, leaf parameters included.
 
-        Returns ``(lower, upper)``: (n,) for regression (the mean function), (n, K) for class
-        probabilities.
+        For every kept draw of the tree, the leaf parameters are drawn from their conditional
+        posterior given the tree and the training data (Dirichlet for class probabilities; for
+        regression sigma^2 from its inverse-gamma and the leaf means given sigma^2), so the draws
+        carry both tree and leaf uncertainty.  ``predictive=True`` (regression) adds the noise,
+        giving draws of a new response.
+
+        Returns
+        -------
+        (draws, n, P) float32 (P = K class probabilities, or 1).
+        """
+        test_bins = jnp.asarray(self._bins(X))
+        flat = self._flat_trees()
+        total = flat.is_split.shape[0]
+        keys = jax.random.split(jax.random.key(seed), total)
+        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
+        out = []
+        for s in range(0, total, chunk):
+            sel = np.arange(s, min(s + chunk, total))
+            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
+            trees = Tree(*(jnp.asarray(a[pad]) for a in flat))
+            res = _draw_function(keys[pad], trees, train_bins, train_stats, test_bins, self.likelihood,
+                                 predictive=predictive)
+            out.append(np.asarray(res)[: len(sel)])
+        return np.concatenate(out, axis=0)
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """Equal-tailed posterior interval at each row of X (see :meth:`sample_function`).
+
+        Returns ``(lower, upper)``: (n,) for regression — a credible interval of the regression
+        function, or with ``predictive=True`` a prediction interval for a new response — and
+        (n, K) for class probabilities.
         """
         if not 0 < prob < 1:
             raise ValueError(f"prob must be in (0, 1); got {prob}.")
-        draws = self.predict_draws(X)
+        if predictive and self.task != "regression":
+            raise ValueError("predictive intervals are for regression; use predict_proba for classes.")
+        draws = self.sample_function(X, predictive=predictive, seed=seed).astype(np.float64)
         lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
         if self.task == "regression":
             return lo[:, 0], hi[:, 0]

@@ -100,13 +100,20 @@ def _two_length(run, T, repeats):
 # ----------------------------------------------------------------------------------------------
 
 
+def _make_config(cgm_kernel, model, move_probs):
+    """The CGM config as ``bdtree_jax.sample`` builds it (the constructor has changed over time)."""
+    if hasattr(cgm_kernel.CGMConfig, "from_prior"):
+        return cgm_kernel.CGMConfig.from_prior(model["prior"], move_probs)
+    return cgm_kernel.CGMConfig(model["prior"], model["likelihood"], tuple(move_probs))
+
+
 def bench_ours(data, model, chains, T, block_size, repeats, seed=0):
     import jax
 
     from bdtree_jax.kernels import cgm as cgm_kernel
     from bdtree_jax.sampling import chain_devices, run_chains
 
-    config = cgm_kernel.CGMConfig(model["prior"], model["likelihood"], (0.25, 0.25, 0.40, 0.10))
+    config = _make_config(cgm_kernel, model, (0.25, 0.25, 0.40, 0.10))
     algorithm = cgm_kernel.cgm(config)
     out = {}
     for c in chains:
