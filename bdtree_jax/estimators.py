@@ -141,7 +141,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) posterior-averaged class probabilities."""
-        return self.posterior_.predict_proba(self._check_predict_X(X))
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_proba(X)
 
     def predict(self, X) -> np.ndarray:
         """(n,) class with the highest posterior-averaged probability."""
@@ -215,9 +216,11 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
 
     def predict(self, X) -> np.ndarray:
         """(n,) posterior mean of the regression function."""
-        return self.posterior_.predict(self._check_predict_X(X))
+        X = self._check_predict_X(X)
+        return self.posterior_.predict(X)
 
     def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False):
         """``(lower, upper)`` equal-tailed credible interval of the regression function, or with
         ``predictive=True`` a prediction interval for a new response (noise included)."""
-        return self.posterior_.predict_interval(self._check_predict_X(X), prob=prob, predictive=predictive, seed=self.seed)
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_interval(X, prob=prob, predictive=predictive, seed=self.seed)
