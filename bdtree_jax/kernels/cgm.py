@@ -34,6 +34,7 @@ from ..data import TreeData
 from ..priors import (
     TreePrior,
     log_rule_prob,
+    mask_bounds,
     log_tree_prior,
     node_bounds,
     node_stats,
@@ -114,13 +115,44 @@ class CGMInfo(NamedTuple):
     log_accept_ratio: Array
 
 
-def _score(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
-    """Full (re)computation of the cached statistics of ``tree``."""
-    leaf_id, stats = node_stats(tree, data)
-    lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta) -> CGMState:
+    """Complete a state from its cached statistics (no pass over the data)."""
     log_lik = data.likelihood.log_lik(stats, leaf_nodes(tree))
     log_prior = log_tree_prior(tree, lo, hi, data.split_prob)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
+
+
+def _score(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
+    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
+    leaf_id, stats = node_stats(tree, data)
+    lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+    return _with_scores(tree, leaf_id, stats, lo, hi, data, beta)
+
+
+def _propose_grow(state: CGMState, node, feature, cut, data: TreeData, config: CGMConfig) -> CGMState:
+    """Split leaf ``node``: only the rows of that leaf are touched (two new children)."""
+    left_child, right_child = 2 * node + 1, 2 * node + 2
+    in_node = state.leaf_id == node
+    goes_left = jnp.take(data.bins, feature, axis=1) <= cut
+    left, right = in_node & goes_left, in_node & ~goes_left
+    stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
+    stats = state.stats.at[left_child].set(stats_left).at[right_child].set(state.stats[node] - stats_left)
+    lo_l, hi_l = mask_bounds(left, data, config.min_leaf_size)
+    lo_r, hi_r = mask_bounds(right, data, config.min_leaf_size)
+    lo = state.lo.at[left_child].set(lo_l).at[right_child].set(lo_r)
+    hi = state.hi.at[left_child].set(hi_l).at[right_child].set(hi_r)
+    leaf_id = jnp.where(left, left_child, jnp.where(right, right_child, state.leaf_id))
+    return _with_scores(grow(state.tree, node, feature, cut), leaf_id, stats, lo, hi, data, state.beta)
+
+
+def _propose_prune(state: CGMState, node, data: TreeData) -> CGMState:
+    """Merge the two leaf children of ``node``; the node's cached statistics are already right."""
+    left_child, right_child = 2 * node + 1, 2 * node + 2
+    leaf_id = jnp.where((state.leaf_id == left_child) | (state.leaf_id == right_child), node, state.leaf_id)
+    zero = lambda a: a.at[left_child].set(0).at[right_child].set(0)  # noqa: E731  (canonical slots)
+    return _with_scores(
+        prune(state.tree, node), leaf_id, zero(state.stats), zero(state.lo), zero(state.hi), data, state.beta
+    )
 
 
 def init(key: PRNGKey | None, data: TreeData, config: CGMConfig, tree: Tree | None = None, beta=1.0) -> CGMState:
@@ -166,14 +198,18 @@ def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tu
     node = jax.random.categorical(k_node, jnp.where(targets[move], 0.0, -jnp.inf)).astype(jnp.int32)
     feature, cut = _draw_rule(k_rule, state.lo[node], state.hi[node])
 
-    candidates = (
-        grow(tree, node, feature, cut),
-        prune(tree, node),
-        change(tree, node, feature, cut),
-        swap(tree, node),
+    # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing, change
+    # and swap re-partition the tree.  (Under vmap the switch evaluates every branch; with the
+    # driver's default sequential chains on CPU only the chosen one runs.)
+    proposed = jax.lax.switch(
+        jnp.clip(move, 0, 3),
+        (
+            lambda: _propose_grow(state, node, feature, cut, data, config),
+            lambda: _propose_prune(state, node, data),
+            lambda: _score(change(tree, node, feature, cut), data, config, state.beta),
+            lambda: _score(swap(tree, node), data, config, state.beta),
+        ),
     )
-    proposed_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[move], *candidates)
-    proposed = _score(proposed_tree, data, config, state.beta)
 
     # Proposal terms: q(T*|T) and q(T|T*).
     counts_new = _targets(proposed, data).sum(1)
