@@ -78,6 +78,8 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
             mesh=mesh,
             in_specs=(P("chain"), P("chain"), P(), P(), P()),
             out_specs=P("chain"),
+            # chains never communicate; the varying-axis check trips over lax.switch under vmap
+            check_vma=False,
         )
     return jax.jit(block)
 
