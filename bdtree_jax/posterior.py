@@ -399,7 +399,7 @@ class Posterior:
 
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
     """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
-    trees = Tree(*(np.asarray(a[:, num_warmup:]) for a in traces["tree"]))
+    trees = Tree(*(np.asarray(a[:, num_warmup:]).astype(np.int32 if a.dtype != bool else bool) for a in traces["tree"]))
     stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in _SCALARS}
     stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
     warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in _SCALARS}

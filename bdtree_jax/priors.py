@@ -83,6 +83,27 @@ def mask_bounds(mask: Array, data: TreeData, min_leaf_size: int) -> tuple[Array,
     return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
 
 
+def _upward(values: Array, op, fill) -> Array:
+    """Reduce every node's subtree: ``out[i] = op(values[i], out[2i+1], out[2i+2])``.
+
+    values : (N, ...) per-node values of the rows sitting *at* each node (i.e. filled at leaves,
+    the identity of ``op`` elsewhere).  Computed as ``D`` full-array sweeps
+    ``out = op(values, op(out[left], out[right]))`` with static child indices (children past the
+    last level read ``fill``), each of which XLA fuses into one loop: far fewer kernels than
+    slicing level by level.
+    """
+    n = values.shape[0]
+    idx = np.arange(n)
+    left = np.where(2 * idx + 1 < n, 2 * idx + 1, n)
+    right = np.where(2 * idx + 2 < n, 2 * idx + 2, n)
+    pad = jnp.full((1,) + values.shape[1:], fill, values.dtype)
+    out = values
+    for _ in range(int(np.log2(n + 1)) - 1):
+        padded = jnp.concatenate([out, pad])
+        out = op(values, op(padded[left], padded[right]))
+    return out
+
+
 def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
     """Leaf assignment and sufficient statistics of every node.
 
@@ -94,10 +115,7 @@ def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
     n_nodes = tree.is_split.shape[-1]
     leaf_id = leaf_index(tree, data.bins)
     stats = jax.ops.segment_sum(data.point_stats, leaf_id, num_segments=n_nodes)
-    for level in range(max_depth_of(tree) - 1, -1, -1):
-        lo, hi = 2**level - 1, 2 ** (level + 1) - 1
-        stats = stats.at[lo:hi].add(stats[2 * lo + 1 : 2 * hi + 1 : 2] + stats[2 * lo + 2 : 2 * hi + 2 : 2])
-    return leaf_id, stats
+    return leaf_id, _upward(stats, jnp.add, 0)
 
 
 def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
@@ -106,12 +124,8 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) 
     depth = max_depth_of(tree)
     if min_leaf_size == 1:
         # min/max are composable: reduce rows into their leaves, then leaves into ancestors.
-        lo = jax.ops.segment_min(data.bins, leaf_id, num_segments=n_nodes)
-        hi = jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes)
-        for level in range(depth - 1, -1, -1):
-            a, b = 2**level - 1, 2 ** (level + 1) - 1
-            lo = lo.at[a:b].min(jnp.minimum(lo[2 * a + 1 : 2 * b + 1 : 2], lo[2 * a + 2 : 2 * b + 2 : 2]))
-            hi = hi.at[a:b].max(jnp.maximum(hi[2 * a + 1 : 2 * b + 1 : 2], hi[2 * a + 2 : 2 * b + 2 : 2]))
+        lo = _upward(jax.ops.segment_min(data.bins, leaf_id, num_segments=n_nodes), jnp.minimum, _BIG)
+        hi = _upward(jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes), jnp.maximum, -1)
         empty = lo > hi
         return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
     # Order statistics do not compose: one masked pass per node (slower path).

@@ -87,16 +87,24 @@ def empty_tree(max_depth: int) -> Tree:
     return Tree(jnp.zeros(n, bool), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
 
 
+def _ancestor_table(max_depth: int) -> np.ndarray:
+    """(N, max(D, 1)) int32: the strict ancestors of every slot, padded with the sentinel ``N``."""
+    n = n_nodes(max_depth)
+    table = np.full((n, max(max_depth, 1)), n, np.int32)
+    for i in range(n):
+        a, k = i, 0
+        while a > 0:
+            a = (a - 1) // 2
+            table[i, k] = a
+            k += 1
+    return table
+
+
 def active_nodes(tree: Tree) -> Array:
-    """(N,) bool: node exists (all its ancestors split)."""
-    n = tree.is_split.shape[-1]
-    d = max_depth_of(tree)
-    active = jnp.zeros(n, bool).at[0].set(True)
-    for level in range(1, d + 1):
-        lo, hi = 2**level - 1, 2 ** (level + 1) - 1
-        parents = (jnp.arange(lo, hi) - 1) // 2
-        active = active.at[lo:hi].set(active[parents] & tree.is_split[parents])
-    return active
+    """(N,) bool: node exists (all its ancestors split).  One gather over a static ancestor table."""
+    table = _ancestor_table(max_depth_of(tree))
+    padded = jnp.concatenate([tree.is_split, jnp.ones(1, bool)])
+    return jnp.all(padded[table], axis=-1)
 
 
 def leaf_nodes(tree: Tree) -> Array:
@@ -107,9 +115,11 @@ def leaf_nodes(tree: Tree) -> Array:
 def _children_split(tree: Tree) -> tuple[Array, Array]:
     """(N,) bool each: whether the left / right child splits (False below depth D)."""
     n = tree.is_split.shape[-1]
-    padded = jnp.concatenate([tree.is_split, jnp.zeros(n + 1, bool)])
-    idx = jnp.arange(n)
-    return padded[2 * idx + 1], padded[2 * idx + 2]
+    idx = np.arange(n)
+    left = np.where(2 * idx + 1 < n, 2 * idx + 1, n)
+    right = np.where(2 * idx + 2 < n, 2 * idx + 2, n)
+    padded = jnp.concatenate([tree.is_split, jnp.zeros(1, bool)])
+    return padded[left], padded[right]
 
 
 def nog_nodes(tree: Tree) -> Array:

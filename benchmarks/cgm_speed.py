@@ -5,7 +5,9 @@ Everything is measured in one process (except the cold fit, which is a fresh sub
 * **ours**: ``bdtree_jax.kernels.cgm`` through ``bdtree_jax.sampling.run_chains`` with a fixed
   block size, for several chain counts.  Compile time is excluded by timing two run lengths
   (``T`` and ``2T`` iterations, both warm): ``rate = chains * T / (t(2T) - t(T))`` proposals/s in
-  aggregate.  Compile time = first call of length ``T`` minus the warm time of length ``T``.
+  aggregate.  ``T`` grows for small chain counts (``T = max(--iterations, --min-proposals /
+  chains)``, rounded up to whole blocks) so every timed difference covers enough work to stand
+  above the noise.  Compile time = first call of length ``T`` minus the warm time of length ``T``.
 * **bartz** (``num_trees=1``, probit binary outcome): the same two-length rule.  bartz compiles
   one program per run shape, so each length is run once to compile and then timed warm.  One
   bartz iteration = one grow-or-prune proposal per tree (plus the latent/leaf Gibbs steps).
@@ -100,24 +102,16 @@ def _two_length(run, T, repeats):
 # ----------------------------------------------------------------------------------------------
 
 
-def _make_config(cgm_kernel, model, move_probs):
-    """The CGM config as ``bdtree_jax.sample`` builds it (the constructor has changed over time)."""
-    if hasattr(cgm_kernel.CGMConfig, "from_prior"):
-        return cgm_kernel.CGMConfig.from_prior(model["prior"], move_probs)
-    return cgm_kernel.CGMConfig(model["prior"], model["likelihood"], tuple(move_probs))
-
-
-def bench_ours(data, model, chains, T, block_size, repeats, seed=0):
+def bench_ours(data, model, chains, t_for, block_size, repeats, seed=0):
     import jax
 
-    from bdtree_jax.kernels import cgm as cgm_kernel
-    from bdtree_jax.sampling import chain_devices, run_chains
+    from bdtree_jax.sampling import _build_algorithm, chain_devices, run_chains
 
-    config = _make_config(cgm_kernel, model, (0.25, 0.25, 0.40, 0.10))
-    algorithm = cgm_kernel.cgm(config)
+    _, algorithm = _build_algorithm(data, model)  # exactly what bdtree_jax.sample runs
     out = {}
     for c in chains:
         last = {}
+        T = t_for(c)
 
         def run(n, c=c):
             traces, states = run_chains(
@@ -133,6 +127,7 @@ def bench_ours(data, model, chains, T, block_size, repeats, seed=0):
         r["leaves"] = float(np.mean(tr["n_leaves"][:, -T:]))
         r["accept"] = float(np.mean(tr["accepted"][:, -T:]))
         r["devices"] = len(chain_devices(c))
+        r["T"] = T
         out[c] = r
         print(f"  ours  {c:3d} chains: {_fmt_rate(r['rate'])}/s  compile {r['compile']:.1f} s  "
               f"(T={T}: first {r['first']:.2f} s, warm {r['tT']:.2f} s; 2T warm {r['t2T']:.2f} s)",
@@ -140,7 +135,7 @@ def bench_ours(data, model, chains, T, block_size, repeats, seed=0):
     return out
 
 
-def bench_bartz(X, y, chains, T, repeats, seed=0):
+def bench_bartz(X, y, chains, t_for, repeats, seed=0):
     import jax
 
     import bartz
@@ -149,6 +144,8 @@ def bench_bartz(X, y, chains, T, repeats, seed=0):
     yv = np.asarray(y, np.float32)
     out = {}
     for c in chains:
+        T = t_for(c)
+
         def run(n, c=c):
             b = bartz.Bart(Xt, yv, outcome_type="binary", num_trees=1, num_chains=c, n_burn=0, n_save=n,
                            printevery=None, seed=seed)
@@ -162,8 +159,9 @@ def bench_bartz(X, y, chains, T, repeats, seed=0):
             continue
         r["rate"] = c * T / r["delta"] if r["delta"] > 0 else float("nan")
         r["compile_2T"] = max(r["first_2T"] - r["t2T"], 0.0)
+        r["T"] = T
         out[c] = r
-        print(f"  bartz {c:3d} chains: {_fmt_rate(r['rate'])}/s  compile {r['compile']:.1f} s "
+        print(f"  bartz {c:3d} chains (T={T}): {_fmt_rate(r['rate'])}/s  compile {r['compile']:.1f} s "
               f"(+{r['compile_2T']:.1f} s for the 2T shape)", file=sys.stderr, flush=True)
     return out
 
@@ -238,7 +236,9 @@ def main(argv=None):
     parser.add_argument("--iterations", type=int, default=None, help="T; rates use runs of T and 2T (default 2000)")
     parser.add_argument("--bartz-iterations", type=int, default=None, help="T for bartz (default: same as ours)")
     parser.add_argument("--block-size", type=int, default=500, help="run_chains block size (fixed)")
-    parser.add_argument("--repeats", type=int, default=2, help="warm timings per length; the minimum is used")
+    parser.add_argument("--min-proposals", type=int, default=None,
+                        help="T >= this / chains for small chain counts (default 8000; quick 1000)")
+    parser.add_argument("--repeats", type=int, default=3, help="warm timings per length; the minimum is used")
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
     parser.add_argument("--no-bartz", action="store_true")
     parser.add_argument("--no-numpy", action="store_true")
@@ -249,17 +249,27 @@ def main(argv=None):
     if args.quick:
         chains = [1, 4]
         T = args.iterations or 500
+        min_prop = args.min_proposals or 1000
         np_T, np_burn = args.numpy_iterations or 1000, 500
         cold = (200, 200)
     else:
         chains = [1, 4, 16, 64]
         T = args.iterations or 2000
+        min_prop = args.min_proposals or 8000
         np_T, np_burn = args.numpy_iterations or 5000, 2000
         cold = (1000, 1000)
     if args.chains:
         chains = [int(c) for c in args.chains.split(",")]
     bartz_chains = [int(c) for c in args.bartz_chains.split(",")] if args.bartz_chains else chains
     bartz_T = args.bartz_iterations or T
+    block = args.block_size
+
+    def t_ours(c):
+        t = max(T, -(-min_prop // c))
+        return -(-t // block) * block if t > block else t
+
+    def t_bartz(c):
+        return max(bartz_T, -(-min_prop // c))
 
     load_before = _load()
     t_start = time.perf_counter()
@@ -285,9 +295,9 @@ def main(argv=None):
         print("NumPy CGM vs exact enumeration (6-point toy):", file=sys.stderr)
         check_tv = check_against_exact(100_000, verbose=True)
 
-    print(f"bcw train: n={n}, F={F}; T={T} (ours), block_size={args.block_size}", file=sys.stderr)
-    ours = bench_ours(data, model, chains, T, args.block_size, args.repeats)
-    bz = {} if args.no_bartz else bench_bartz(X.to_numpy(float), y.to_numpy(), bartz_chains, bartz_T, args.repeats)
+    print(f"bcw train: n={n}, F={F}; block_size={args.block_size}", file=sys.stderr)
+    ours = bench_ours(data, model, chains, t_ours, args.block_size, args.repeats)
+    bz = {} if args.no_bartz else bench_bartz(X.to_numpy(float), y.to_numpy(), bartz_chains, t_bartz, args.repeats)
     npy = None if args.no_numpy else bench_numpy(bins, codes, len(model["classes"]), np_burn, np_T)
     cold_info = None if args.no_cold else bench_cold(*cold)
     load_after = _load()
@@ -312,28 +322,30 @@ def main(argv=None):
       f"XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
     p(f"- load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} "
       "(>0.5 before means other processes were running)")
-    p(f"- ours: `run_chains` block_size={args.block_size}, rate = chains·T/(t(2T) − t(T)) with T={T}, "
-      f"min of {args.repeats} warm timings; max_depth 6, alpha 0.95, beta 1, move probs (0.25, 0.25, 0.4, 0.1)")
+    p(f"- ours: `run_chains` block_size={args.block_size}, rate = chains·T/(t(2T) − t(T)), "
+      f"T = max({T}, {min_prop}/chains) in whole blocks, min of {args.repeats} warm timings per length; "
+      "max_depth 6, alpha 0.95, beta 1, move probs (0.25, 0.25, 0.4, 0.1); chains start at the stump")
     p(f"- bartz: `Bart(X.T, y, outcome_type='binary', num_trees=1, num_chains=c, n_burn=0, n_save=n, "
-      f"printevery=None)`, same two-length rule with T={bartz_T} (each length compiled once before timing)")
+      f"printevery=None)`, same two-length rule with T = max({bartz_T}, {min_prop}/chains) (each length "
+      "compiled once before timing; bartz's `num_chain_devices='auto'` picks the devices)")
     p("")
-    p("| sampler | chains | devices | proposals/s (aggregate) | per chain | compile | ours / bartz | mean leaves | accept |")
-    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    p("| sampler | chains | devices | T | proposals/s (aggregate) | per chain | compile | ours / bartz | mean leaves | accept |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in chains:
         r = ours[c]
         b = bz.get(c) if bz else None
-        p(f"| ours (JAX CGM) | {c} | {r['devices']} | {_fmt_rate(r['rate'])} | {_fmt_rate(r['rate'] / c)} | "
+        p(f"| ours (JAX CGM) | {c} | {r['devices']} | {r['T']} | {_fmt_rate(r['rate'])} | {_fmt_rate(r['rate'] / c)} | "
           f"{_fmt_s(r['compile'])} | {_ratio(r['rate'], b['rate'] if b else None)} | {r['leaves']:.1f} | {r['accept']:.2f} |")
     for c in bartz_chains:
         b = bz.get(c) if bz else None
         if b is None:
             if not args.no_bartz:
-                p(f"| bartz 1 tree | {c} | | failed | | | | | |")
+                p(f"| bartz 1 tree | {c} | | | failed | | | | | |")
             continue
-        p(f"| bartz 1 tree | {c} | auto | {_fmt_rate(b['rate'])} | {_fmt_rate(b['rate'] / c)} | "
+        p(f"| bartz 1 tree | {c} | auto | {b['T']} | {_fmt_rate(b['rate'])} | {_fmt_rate(b['rate'] / c)} | "
           f"{_fmt_s(b['compile'])} (+{b['compile_2T']:.1f} s per new run length) | | | |")
     if npy is not None:
-        p(f"| NumPy CGM (benchmarks/numpy_cgm.py) | 1 | — | {_fmt_rate(npy['rate'])} | {_fmt_rate(npy['rate'])} | none | "
+        p(f"| NumPy CGM (benchmarks/numpy_cgm.py) | 1 | — | {np_T} | {_fmt_rate(npy['rate'])} | {_fmt_rate(npy['rate'])} | none | "
           f"ours(1 chain)/numpy = {_ratio(ours[chains[0]]['rate'] if chains[0] == 1 else None, npy['rate'])} | "
           f"{npy['leaves']:.0f} (last) | {npy['accept']:.2f} |")
     p("")

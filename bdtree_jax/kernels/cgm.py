@@ -49,6 +49,13 @@ MOVES = ("grow", "prune", "change", "swap")
 _REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
 
 
+def _small_int(limit: int | None) -> str:
+    """The smallest signed integer type holding ``0..limit`` (int32 if unknown)."""
+    if limit is None:
+        return "int32"
+    return "int8" if limit < 2**7 else "int16" if limit < 2**15 else "int32"
+
+
 @dataclass(frozen=True)
 class CGMConfig:
     """Static configuration of the CGM kernel.
@@ -62,15 +69,24 @@ class CGMConfig:
     max_depth : int
     min_leaf_size : int
     move_probs : (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10).
+    trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut`` arrays.
     """
 
     max_depth: int
     min_leaf_size: int = 1
     move_probs: tuple = (0.25, 0.25, 0.40, 0.10)
+    trace_dtypes: tuple = ("int32", "int32")
 
     @classmethod
-    def from_prior(cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10)) -> "CGMConfig":
-        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs))
+    def from_prior(
+        cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10), n_features: int | None = None,
+        n_cuts: int | None = None,
+    ) -> "CGMConfig":
+        """Config for ``prior``; with the data's ``n_features`` and largest number of candidate
+        cuts ``n_cuts`` the recorded trees use the smallest integer types that hold them (the
+        per-iteration tree record dominates memory traffic with many chains)."""
+        dtypes = (_small_int(n_features), _small_int(n_cuts))
+        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs), dtypes)
 
     def __post_init__(self):
         p = tuple(float(x) for x in self.move_probs)
@@ -171,32 +187,49 @@ def _targets(state: CGMState, data: TreeData) -> Array:
     return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
 
 
+def _choose_move(log_p: Array, u: Array) -> Array:
+    """Inverse-CDF draw from the (4,) move log-probabilities."""
+    cdf = jnp.cumsum(jnp.exp(log_p))
+    return jnp.minimum(jnp.sum(u * cdf[-1] >= cdf[:-1]), 3).astype(jnp.int32)
+
+
 def _log_move_probs(counts: Array, move_probs: tuple) -> Array:
     """(4,) log probabilities of the moves, renormalised over moves with targets."""
     w = jnp.asarray(move_probs, jnp.float32) * (counts > 0)
     return jnp.log(w) - jnp.log(jnp.maximum(w.sum(), 1e-30))
 
 
-def _draw_rule(key: PRNGKey, lo: Array, hi: Array) -> tuple[Array, Array]:
+def _pick(mask: Array, u: Array) -> Array:
+    """Index of the ``floor(u * count)``-th True entry of ``mask`` (uniform over the True entries
+    for ``u ~ U[0, 1)``); 0 if there is none.  Inverse-CDF choice: one uniform, no Gumbel draws."""
+    counts = jnp.cumsum(mask.astype(jnp.int32))
+    k = jnp.floor(u * counts[-1]).astype(jnp.int32)
+    return jnp.argmax(counts > k).astype(jnp.int32)
+
+
+def _draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array) -> tuple[Array, Array]:
     """A rule from ``p_rule``: uniform valid feature, then uniform valid cut.  lo, hi: (F,)."""
-    kf, kc = jax.random.split(key)
     width = jnp.maximum(hi - lo, 0)
-    f = jax.random.categorical(kf, jnp.where(width > 0, 0.0, -jnp.inf))
-    c = lo[f] + jnp.floor(jax.random.uniform(kc) * width[f]).astype(jnp.int32)
-    return f.astype(jnp.int32), jnp.minimum(c, hi[f] - 1)
+    f = _pick(width > 0, u_feature)
+    c = lo[f] + jnp.floor(u_cut * width[f]).astype(jnp.int32)
+    return f, jnp.minimum(c, hi[f] - 1)
 
 
 def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tuple[CGMState, CGMInfo]:
-    """One CGM98 MH proposal (see module docstring)."""
-    k_move, k_node, k_rule, k_accept = jax.random.split(key, 4)
+    """One CGM98 MH proposal (see module docstring).
+
+    All randomness comes from one draw of five uniforms (move, node, feature, cut, accept); the
+    discrete choices are made by inverse CDF, which keeps the step to a single PRNG call.
+    """
+    u_move, u_node, u_feature, u_cut, u_accept = jax.random.uniform(key, (5,))
     tree = state.tree
     targets = _targets(state, data)
     counts = targets.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     any_move = jnp.any(counts > 0)
-    move = jax.random.categorical(k_move, log_p).astype(jnp.int32)
-    node = jax.random.categorical(k_node, jnp.where(targets[move], 0.0, -jnp.inf)).astype(jnp.int32)
-    feature, cut = _draw_rule(k_rule, state.lo[node], state.hi[node])
+    move = _choose_move(log_p, u_move)
+    node = _pick(targets[move], u_node)
+    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node])
 
     # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing, change
     # and swap re-partition the tree.  (Under vmap the switch evaluates every branch; with the
@@ -232,16 +265,17 @@ def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tu
         - log_q_forward
     )
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
-    accepted = any_move & (jnp.log(jax.random.uniform(k_accept)) < log_ratio)
+    accepted = any_move & (jnp.log(u_accept) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
 
 
-def trace(state: CGMState, info: CGMInfo) -> dict:
-    """What the driver records per iteration."""
+def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> dict:
+    """What the driver records per iteration (the tree in ``trace_dtypes``)."""
+    t = state.tree
     return dict(
-        tree=state.tree,
+        tree=Tree(t.is_split, t.feature.astype(trace_dtypes[0]), t.cut.astype(trace_dtypes[1])),
         log_lik=state.log_lik,
         log_prior=state.log_prior,
         n_leaves=n_leaves(state.tree),
@@ -270,4 +304,7 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
     def init_fn(key, data):
         return init(key, data, config)
 
-    return SamplingAlgorithm(init_fn, build_kernel(config), trace)
+    def trace_fn(state, info):
+        return trace(state, info, config.trace_dtypes)
+
+    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn)
