@@ -47,6 +47,11 @@ def chain_devices(num_chains: int, devices=None) -> list:
 CHAIN_METHODS = ("sequential", "vectorized")
 
 
+def _default_chain_method(devices) -> str:
+    """``"sequential"`` on CPU devices, ``"vectorized"`` on accelerators."""
+    return "sequential" if devices[0].platform == "cpu" else "vectorized"
+
+
 def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple, chain_method: str):
     """Jitted ``(chain_keys, states, data, start, n_valid) -> (states, traces)``.
 
@@ -160,7 +165,7 @@ def run_chains(
         raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
     devices = tuple(chain_devices(num_chains, devices))
     if chain_method is None:
-        chain_method = "sequential" if devices[0].platform == "cpu" else "vectorized"
+        chain_method = _default_chain_method(devices)
     if chain_method not in CHAIN_METHODS:
         raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
     block_size = int(min(block_size, max(num_iterations, 1)))
@@ -230,12 +235,16 @@ METHODS = ("cgm",)
 TASKS = ("classification", "regression")
 
 
-def _build_algorithm(data, model, move_probs=(0.25, 0.25, 0.40, 0.10)):
-    """The CGM kernel's static config and :class:`SamplingAlgorithm` for a built model."""
+def _build_algorithm(data, model, move_probs=(0.25, 0.25, 0.40, 0.10), chain_method=None):
+    """The CGM kernel's static config and :class:`SamplingAlgorithm` for a built model, tuned for
+    how chains will run (``chain_method``; default: as :func:`run_chains` picks it)."""
     from .kernels import cgm as cgm_kernel
 
+    if chain_method is None:
+        chain_method = _default_chain_method(chain_devices(1))
     config = cgm_kernel.CGMConfig.from_prior(
-        model["prior"], move_probs, n_features=data.bins.shape[1], n_cuts=int(model["grid"].n_cuts.max())
+        model["prior"], move_probs, n_features=data.bins.shape[1], n_cuts=int(model["grid"].n_cuts.max()),
+        incremental=chain_method == "sequential",
     )
     return config, cgm_kernel.cgm(config)
 

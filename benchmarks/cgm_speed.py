@@ -101,12 +101,13 @@ def _two_length(run, T, repeats):
 # ----------------------------------------------------------------------------------------------
 
 
-def bench_ours(data, model, chains, t_for, block_size, repeats, seed=0):
+def bench_ours(data, model, chains, t_for, block_size, repeats, seed=0, chain_method=None):
     import jax
 
     from bdtree_jax.sampling import _build_algorithm, chain_devices, run_chains
 
-    _, algorithm = _build_algorithm(data, model)  # exactly what bdtree_jax.sample runs
+    # exactly what bdtree_jax.sample runs (for the default chain_method)
+    _, algorithm = _build_algorithm(data, model, chain_method=chain_method)
     out = {}
     for c in chains:
         last = {}
@@ -115,7 +116,7 @@ def bench_ours(data, model, chains, t_for, block_size, repeats, seed=0):
         def run(n, c=c):
             traces, states = run_chains(
                 algorithm, data, key=jax.random.key(seed), num_chains=c, num_iterations=n,
-                block_size=block_size, progress=False,
+                block_size=block_size, progress=False, chain_method=chain_method,
             )
             jax.block_until_ready(states)
             last["traces"] = traces
@@ -238,6 +239,8 @@ def main(argv=None):
                         help="T >= this / chains for small chain counts (default 8000; quick 1000)")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings per length; the minimum is used")
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
+    parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default=None,
+                        help="how our chains share a device (default: sequential on CPU, as bd.sample)")
     parser.add_argument("--no-bartz", action="store_true")
     parser.add_argument("--no-numpy", action="store_true")
     parser.add_argument("--no-cold", action="store_true")
@@ -294,7 +297,7 @@ def main(argv=None):
         check_tv = check_against_exact(100_000, verbose=True)
 
     print(f"bcw train: n={n}, F={F}; block_size={args.block_size}", file=sys.stderr)
-    ours = bench_ours(data, model, chains, t_ours, args.block_size, args.repeats)
+    ours = bench_ours(data, model, chains, t_ours, args.block_size, args.repeats, chain_method=args.chain_method)
     bz = {} if args.no_bartz else bench_bartz(X.to_numpy(float), y.to_numpy(), bartz_chains, t_bartz, args.repeats)
     npy = None if args.no_numpy else bench_numpy(bins, codes, len(model["classes"]), np_burn, np_T)
     cold_info = None if args.no_cold else bench_cold(*cold)
@@ -320,7 +323,7 @@ def main(argv=None):
       f"XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})")
     p(f"- load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} "
       "(>0.5 before means other processes were running)")
-    p(f"- ours: `run_chains` block_size={args.block_size}, rate = chains·T/(t(2T) − t(T)), "
+    p(f"- ours: `run_chains` block_size={args.block_size}, chain_method={args.chain_method or 'default'}, rate = chains·T/(t(2T) − t(T)), "
       f"T = max({T}, {min_prop}/chains) in whole blocks, min of {args.repeats} warm timings per length; "
       "max_depth 6, alpha 0.95, beta 1, move probs (0.25, 0.25, 0.4, 0.1); chains start at the stump")
     p(f"- bartz: `Bart(X.T, y, outcome_type='binary', num_trees=1, num_chains=c, n_burn=0, n_save=n, "

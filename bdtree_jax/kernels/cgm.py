@@ -70,23 +70,28 @@ class CGMConfig:
     min_leaf_size : int
     move_probs : (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10).
     trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut`` arrays.
+    incremental : re-score only what a move touches (``lax.switch`` over the moves; best when
+        each chain runs its own program, as on CPU), or re-score the whole proposed tree with
+        one branch-free program (best when chains are ``vmap``-ped, as on GPU).  Both give the
+        same chain.
     """
 
     max_depth: int
     min_leaf_size: int = 1
     move_probs: tuple = (0.25, 0.25, 0.40, 0.10)
     trace_dtypes: tuple = ("int32", "int32")
+    incremental: bool = True
 
     @classmethod
     def from_prior(
         cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10), n_features: int | None = None,
-        n_cuts: int | None = None,
+        n_cuts: int | None = None, incremental: bool = True,
     ) -> "CGMConfig":
         """Config for ``prior``; with the data's ``n_features`` and largest number of candidate
         cuts ``n_cuts`` the recorded trees use the smallest integer types that hold them (the
         per-iteration tree record dominates memory traffic with many chains)."""
         dtypes = (_small_int(n_features), _small_int(n_cuts))
-        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs), dtypes)
+        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs), dtypes, bool(incremental))
 
     def __post_init__(self):
         p = tuple(float(x) for x in self.move_probs)
@@ -231,18 +236,24 @@ def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tu
     node = _pick(targets[move], u_node)
     feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node])
 
-    # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing, change
-    # and swap re-partition the tree.  (Under vmap the switch evaluates every branch; with the
-    # driver's default sequential chains on CPU only the chosen one runs.)
-    proposed = jax.lax.switch(
-        jnp.clip(move, 0, 3),
-        (
-            lambda: _propose_grow(state, node, feature, cut, data, config),
-            lambda: _propose_prune(state, node, data),
-            lambda: _score(change(tree, node, feature, cut), data, config, state.beta),
-            lambda: _score(swap(tree, node), data, config, state.beta),
-        ),
-    )
+    if config.incremental:
+        # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing,
+        # change and swap re-partition the tree.  Only the chosen branch runs -- unless the step
+        # is vmapped, where a switch evaluates every branch.
+        proposed = jax.lax.switch(
+            jnp.clip(move, 0, 3),
+            (
+                lambda: _propose_grow(state, node, feature, cut, data, config),
+                lambda: _propose_prune(state, node, data),
+                lambda: _score(change(tree, node, feature, cut), data, config, state.beta),
+                lambda: _score(swap(tree, node), data, config, state.beta),
+            ),
+        )
+    else:
+        # Batched chains: edit the tree (cheap selects) and re-score it once, whatever the move.
+        edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
+        new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
+        proposed = _score(new_tree, data, config, state.beta)
 
     # Proposal terms: q(T*|T) and q(T|T*).
     counts_new = _targets(proposed, data).sum(1)
