@@ -83,25 +83,22 @@ def mask_bounds(mask: Array, data: TreeData, min_leaf_size: int) -> tuple[Array,
     return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
 
 
-def _upward(values: Array, op, fill) -> Array:
+def _upward(values: Array, op) -> Array:
     """Reduce every node's subtree: ``out[i] = op(values[i], out[2i+1], out[2i+2])``.
 
     values : (N, ...) per-node values of the rows sitting *at* each node (i.e. filled at leaves,
-    the identity of ``op`` elsewhere).  Computed as ``D`` full-array sweeps
-    ``out = op(values, op(out[left], out[right]))`` with static child indices (children past the
-    last level read ``fill``), each of which XLA fuses into one loop: far fewer kernels than
-    slicing level by level.
+    the identity of ``op`` elsewhere).  Bottom-up over the heap's levels: a level's children are a
+    contiguous slice, reshaped to pairs, so each level is one small fused loop.
     """
     n = values.shape[0]
-    idx = np.arange(n)
-    left = np.where(2 * idx + 1 < n, 2 * idx + 1, n)
-    right = np.where(2 * idx + 2 < n, 2 * idx + 2, n)
-    pad = jnp.full((1,) + values.shape[1:], fill, values.dtype)
-    out = values
-    for _ in range(int(np.log2(n + 1)) - 1):
-        padded = jnp.concatenate([out, pad])
-        out = op(values, op(padded[left], padded[right]))
-    return out
+    depth = int(np.log2(n + 1)) - 1
+    out = values[2**depth - 1 :]
+    levels = [out]
+    for d in range(depth - 1, -1, -1):
+        pairs = out.reshape((2**d, 2) + out.shape[1:])
+        out = op(values[2**d - 1 : 2 ** (d + 1) - 1], op(pairs[:, 0], pairs[:, 1]))
+        levels.append(out)
+    return jnp.concatenate(levels[::-1])
 
 
 def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
@@ -113,9 +110,9 @@ def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
     stats : (N, S) float32 summed ``point_stats`` of the rows below each node (0 if inactive).
     """
     n_nodes = tree.is_split.shape[-1]
-    leaf_id = leaf_index(tree, data.bins)
+    leaf_id = leaf_index(tree, data.bins, max_cut=data.bins.shape[0])
     stats = jax.ops.segment_sum(data.point_stats, leaf_id, num_segments=n_nodes)
-    return leaf_id, _upward(stats, jnp.add, 0)
+    return leaf_id, _upward(stats, jnp.add)
 
 
 def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
@@ -124,8 +121,8 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) 
     depth = max_depth_of(tree)
     if min_leaf_size == 1:
         # min/max are composable: reduce rows into their leaves, then leaves into ancestors.
-        lo = _upward(jax.ops.segment_min(data.bins, leaf_id, num_segments=n_nodes), jnp.minimum, _BIG)
-        hi = _upward(jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes), jnp.maximum, -1)
+        lo = _upward(jax.ops.segment_min(data.bins, leaf_id, num_segments=n_nodes), jnp.minimum)
+        hi = _upward(jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes), jnp.maximum)
         empty = lo > hi
         return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
     # Order statistics do not compose: one masked pass per node (slower path).

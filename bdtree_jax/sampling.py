@@ -66,6 +66,8 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
         # costs more than the rest of a cheap step on CPU).
         steps = jnp.arange(block_size)
         keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(chain_key, start + steps)
+        if algorithm.draw is not None:
+            keys = jax.vmap(algorithm.draw)(keys)
 
         def body(state, xs):
             i, key = xs
@@ -101,7 +103,7 @@ _PROGRAMS: dict = {}
 def _get_program(kind: str, algorithm: SamplingAlgorithm, block_size: int, devices: tuple, builder):
     # Programs are cached on the algorithm's functions (which close over the static config), so
     # repeated runs with the same configuration reuse one compiled executable.
-    key = (kind, algorithm.init, algorithm.step, algorithm.trace, block_size, devices)
+    key = (kind, algorithm.init, algorithm.step, algorithm.trace, algorithm.draw, block_size, devices)
     if key not in _PROGRAMS:
         _PROGRAMS[key] = builder()
     return _PROGRAMS[key]

@@ -15,8 +15,13 @@ class SamplingAlgorithm(NamedTuple):
     scalar diagnostics ``log_lik``, ``log_prior``, ``n_leaves``, ``depth``, ``accepted``,
     ``move``).  None of them is jitted; the driver (:mod:`bdtree_jax.sampling`) does
     ``jit(vmap(scan(step)))``.
+
+    ``draw(key) -> randomness`` (optional): when given, ``step`` takes that randomness in place
+    of the key, and the driver draws it for a whole block of steps in one vectorized call outside
+    the loop (a PRNG call inside a cheap step costs as much as the step on CPU).
     """
 
     init: Callable[..., Any]
     step: Callable[..., Any]
     trace: Callable[..., Any]
+    draw: Callable[..., Any] | None = None

@@ -43,7 +43,10 @@ from ..priors import (
 from ..tree import Tree, empty_tree, grow, leaf_nodes, n_leaves, nog_nodes, prune, change, swap, tree_depth
 from .base import SamplingAlgorithm
 
-__all__ = ["CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "step", "trace", "build_kernel", "cgm"]
+__all__ = [
+    "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
+    "build_kernel", "cgm",
+]
 
 MOVES = ("grow", "prune", "change", "swap")
 _REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
@@ -220,13 +223,22 @@ def _draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array) -> tuple[Ar
     return f, jnp.minimum(c, hi[f] - 1)
 
 
-def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tuple[CGMState, CGMInfo]:
-    """One CGM98 MH proposal (see module docstring).
+def draw(key: PRNGKey) -> Array:
+    """The randomness of one step: (5,) uniforms (move, node, feature, cut, accept)."""
+    return jax.random.uniform(key, (5,))
 
-    All randomness comes from one draw of five uniforms (move, node, feature, cut, accept); the
-    discrete choices are made by inverse CDF, which keeps the step to a single PRNG call.
-    """
-    u_move, u_node, u_feature, u_cut, u_accept = jax.random.uniform(key, (5,))
+
+def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tuple[CGMState, CGMInfo]:
+    """One CGM98 MH proposal (see module docstring)."""
+    return step_with_uniforms(draw(key), state, data, config)
+
+
+def step_with_uniforms(
+    uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig
+) -> tuple[CGMState, CGMInfo]:
+    """:func:`step` given its :func:`draw`; the discrete choices are made by inverse CDF, so the
+    step needs no other randomness."""
+    u_move, u_node, u_feature, u_cut, u_accept = uniforms
     tree = state.tree
     targets = _targets(state, data)
     counts = targets.sum(1)
@@ -297,10 +309,11 @@ def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> di
 
 
 def build_kernel(config: CGMConfig):
-    """``kernel(key, state, data) -> (state, info)`` closed over the static config."""
+    """``kernel(uniforms, state, data) -> (state, info)`` closed over the static config (the
+    uniforms from :func:`draw`)."""
 
-    def kernel(key, state, data):
-        return step(key, state, data, config)
+    def kernel(uniforms, state, data):
+        return step_with_uniforms(uniforms, state, data, config)
 
     return kernel
 
@@ -318,4 +331,4 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
     def trace_fn(state, info):
         return trace(state, info, config.trace_dtypes)
 
-    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn)
+    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn, draw)
