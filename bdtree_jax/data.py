@@ -9,8 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import warnings
+
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
+from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.multiclass import type_of_target
 
 from ._types import Array
 
@@ -130,6 +135,11 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
 # Validation at the public edge
 
 
+class NonNumericInputError(ValueError, TypeError):
+    """Input that cannot be read as numbers: a ``ValueError`` like every other bad input, and a
+    ``TypeError`` as scikit-learn's validation raises for it."""
+
+
 def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
     """Validate a feature matrix.
 
@@ -145,6 +155,12 @@ def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
     """
     where = f"{estimator}: " if estimator else ""
     feature_names = None
+    if X is None:
+        raise ValueError(f"{where}{name} is None; expected an array-like of shape (n_samples, n_features).")
+    if sp.issparse(X):
+        raise ValueError(
+            f"{where}sparse data was passed for {name}, but dense data is required; use X.toarray()."
+        )
     if isinstance(X, pd.DataFrame):
         bad = [str(c) for c in X.columns if not pd.api.types.is_numeric_dtype(X[c]) or pd.api.types.is_bool_dtype(X[c])]
         if bad:
@@ -156,26 +172,32 @@ def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
         X = X.to_numpy(dtype=float)
     else:
         arr = np.asarray(X)
+        if arr.dtype.kind == "c":
+            raise ValueError(f"{where}Complex data not supported in {name}.")
         if arr.dtype.kind not in "biuf":
             try:
                 arr = arr.astype(float)
-            except (TypeError, ValueError):
-                raise ValueError(
+            except (TypeError, ValueError) as exc:
+                raise NonNumericInputError(
                     f"{where}{name} must be numeric; got an array of dtype {arr.dtype} with "
-                    "values that are not numbers."
+                    f"values that are not numbers ({exc})."
                 ) from None
         X = arr.astype(float)
     if X.ndim == 1:
         raise ValueError(
             f"{where}{name} must be 2-D of shape (n_samples, n_features); got a 1-D array of "
-            f"length {X.shape[0]}. Reshape with X.reshape(-1, 1) for a single feature."
+            f"length {X.shape[0]}. Reshape your data with X.reshape(-1, 1) for a single feature."
         )
     if X.ndim != 2:
         raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); got shape {X.shape}.")
     if X.shape[1] < 1:
-        raise ValueError(f"{where}{name} has no features (shape {X.shape}).")
+        raise ValueError(
+            f"{where}{name} has 0 feature(s) (shape=({X.shape[0]}, 0)) while a minimum of 1 is required."
+        )
     if X.shape[0] < min_rows:
-        raise ValueError(f"{where}{name} has {X.shape[0]} rows; at least {min_rows} are needed.")
+        raise ValueError(
+            f"{where}{name} has n_samples={X.shape[0]}; at least {min_rows} are needed."
+        )
     if not np.all(np.isfinite(X)):
         n_nan = int(np.isnan(X).sum())
         n_inf = int(np.isinf(X).sum())
@@ -186,10 +208,18 @@ def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
 
 
 def _as_1d(y, name: str, where: str, n: int) -> np.ndarray:
+    if y is None:
+        raise ValueError(f"{where}requires y to be passed, but the target y is None.")
     if isinstance(y, (pd.Series, pd.DataFrame)):
         y = y.to_numpy()
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
+        warnings.warn(
+            f"A column-vector {name} was passed when a 1d array was expected. Please change the shape "
+            f"of {name} to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=4,
+        )
         y = y[:, 0]
     if y.ndim != 1:
         raise ValueError(f"{where}{name} must be 1-D of shape (n_samples,); got shape {y.shape}.")
@@ -209,6 +239,12 @@ def check_classification_y(y, n: int, *, name: str = "y", estimator: str = ""):
         raise ValueError(f"{where}{name} contains missing values (NaN/None).")
     if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
         raise ValueError(f"{where}{name} contains infinite values.")
+    kind = type_of_target(y)
+    if kind not in ("binary", "multiclass"):
+        raise ValueError(
+            f"{where}Unknown label type: {kind}. {name} must hold class labels; for a real response "
+            "use BayesianTreeRegressor / task='regression'."
+        )
     classes, codes = np.unique(y, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(

@@ -262,7 +262,7 @@ def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentra
     X, names = check_X(X, estimator=where.rstrip(": "))
     if X.shape[0] < 2 * min_leaf_size:
         raise ValueError(
-            f"{where}X has {X.shape[0]} rows; at least 2 * min_leaf_size = {2 * min_leaf_size} are needed "
+            f"{where}X has n_samples={X.shape[0]}; at least 2 * min_leaf_size = {2 * min_leaf_size} are needed "
             "for any split."
         )
     if task == "classification":

@@ -144,3 +144,27 @@ def test_dataframe_with_boolean_column_is_rejected():
     X = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [True, False, True, False]})
     with pytest.raises(ValueError, match="non-numeric columns \\['b'\\]"):
         bd.BayesianTreeClassifier(**FAST).fit(X, [0, 1, 0, 1])
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        bd.BayesianTreeClassifier(max_depth=2, num_warmup=20, num_samples=20, num_chains=1),
+        # check_regressors_train asks for a training R^2 > 0.5, which needs a real fit
+        bd.BayesianTreeRegressor(max_depth=4, num_warmup=200, num_samples=200, num_chains=1),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_scikit_learn_check_estimator(estimator):
+    """Every one of scikit-learn's estimator checks passes (input validation messages, clone,
+    pickling, 1-D / 2-D targets, sparse and complex rejection, fit idempotence, ...)."""
+    import warnings
+
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(estimator, on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
+    assert not failed
+    assert len(results) > 40
