@@ -127,7 +127,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
         jnp.asarray(sorted_bins),
         jnp.asarray(order),
         jnp.asarray(split_probability(prior)),
-        likelihood,
+        likelihood.prepare(bins.shape[0]),
     )
 
 

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
+from scipy.special import gammaln as scipy_gammaln
 
 from ._types import Array
 
 __all__ = ["DirichletMultinomial", "NormalMeanShift", "default_normal_hyperparameters"]
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["concentration"], meta_fields=["n_classes"])
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["concentration", "log_gamma_tables"], meta_fields=["n_classes"]
+)
 @dataclass(frozen=True)
 class DirichletMultinomial:
     """Classification: leaf class probabilities ``p ~ Dirichlet(concentration, ..., concentration)``.
@@ -41,10 +45,20 @@ class DirichletMultinomial:
 
     n_classes: int
     concentration: float = 1.0
+    log_gamma_tables: Any = None  # (2, n+1): lgamma(c + a), lgamma(c + K a); see prepare()
 
     @property
     def n_stats(self) -> int:
         return self.n_classes
+
+    def prepare(self, n_rows: int) -> "DirichletMultinomial":
+        """A copy for data of ``n_rows`` rows that reads ``lgamma`` of the (integer) class counts
+        from two tables instead of evaluating it: same values (computed in float64), a fraction of
+        the cost inside a sampler step."""
+        counts = np.arange(n_rows + 1, dtype=np.float64)
+        a, k = float(self.concentration), self.n_classes
+        tables = np.stack([scipy_gammaln(counts + a), scipy_gammaln(counts + k * a)]).astype(np.float32)
+        return DirichletMultinomial(self.n_classes, self.concentration, jnp.asarray(tables))
 
     def point_stats(self, codes: np.ndarray) -> np.ndarray:
         """One-hot rows (n, K) of class codes in ``0..K-1``."""
@@ -56,6 +70,9 @@ class DirichletMultinomial:
         k = self.n_classes
         n = stats.sum(-1)
         const = gammaln(k * a) - k * gammaln(a)
+        if self.log_gamma_tables is not None:
+            counts, tables = stats.astype(jnp.int32), self.log_gamma_tables
+            return const + tables[0][counts].sum(-1) - tables[1][n.astype(jnp.int32)]
         return const + gammaln(stats + a).sum(-1) - gammaln(n + k * a)
 
     def log_lik(self, stats: Array, is_leaf: Array) -> Array:
@@ -101,6 +118,10 @@ class NormalMeanShift:
     @property
     def n_stats(self) -> int:
         return 3
+
+    def prepare(self, n_rows: int) -> "NormalMeanShift":
+        """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
+        return self
 
     def point_stats(self, y: np.ndarray) -> np.ndarray:
         r = np.asarray(y, float) - self.mu_bar

@@ -50,3 +50,14 @@ def test_default_hyperparameters_calibration():
     # P(sigma^2 <= var(y)) = 0.9 under IG(nu/2, nu*lam/2)
     p = stats.invgamma.cdf(np.var(y), hp["nu"] / 2, scale=hp["nu"] * hp["lam"] / 2)
     np.testing.assert_allclose(p, 0.9, rtol=1e-6)
+
+
+def test_count_tables_equal_lgamma():
+    """``prepare`` swaps lgamma of the class counts for table lookups: same values."""
+    rng = np.random.default_rng(0)
+    stats = rng.integers(0, 40, size=(127, 3)).astype(np.float32)
+    for a in (0.3, 1.0, 2.5):
+        lik = DirichletMultinomial(3, a)
+        direct = np.asarray(lik.leaf_log_lik(jnp.asarray(stats)))
+        tabled = np.asarray(lik.prepare(120).leaf_log_lik(jnp.asarray(stats)))
+        np.testing.assert_allclose(tabled, direct, rtol=2e-6, atol=1e-4)
