@@ -22,13 +22,30 @@ __all__ = ["Posterior"]
 _SCALARS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move")
 
 
+def _leaf_stats(tree: Tree, train_bins, point_stats):
+    """Leaf of every training row (n,) and the summed statistics of every node's rows (N, S)."""
+    leaf = leaf_index(tree, train_bins)
+    return leaf, jax.ops.segment_sum(point_stats, leaf, num_segments=tree.is_split.shape[-1])
+
+
+def _sample_leaf_params(key, tree: Tree, stats, likelihood):
+    """Leaf parameters (N, P) drawn from their conditional posterior given the tree (class
+    probabilities; or leaf means given sigma^2, itself drawn from its marginal posterior) and
+    sigma^2 (NaN for classification).  Uses the first and third of ``split(key, 3)``; the second
+    is left to the caller's noise."""
+    k1, _, k3 = jax.random.split(key, 3)
+    if isinstance(likelihood, DirichletMultinomial):
+        return likelihood.sample_leaf(k1, stats), jnp.float32(jnp.nan)
+    sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
+    return likelihood.sample_leaf(k1, stats, sigma2), sigma2
+
+
 @jax.jit
 def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihood):
     """Posterior-mean leaf parameter at each test row, per draw: (draws, n_test, P)."""
 
     def one(tree):
-        n = tree.is_split.shape[-1]
-        stats = jax.ops.segment_sum(point_stats, leaf_index(tree, train_bins), num_segments=n)
+        _, stats = _leaf_stats(tree, train_bins, point_stats)
         return likelihood.leaf_mean(stats)[leaf_index(tree, test_bins)]
 
     return jax.vmap(one)(trees)
@@ -41,16 +58,11 @@ def _draw_function(keys, trees: Tree, train_bins, point_stats, test_bins, likeli
     ``predictive``)."""
 
     def one(key, tree):
-        n = tree.is_split.shape[-1]
-        stats = jax.ops.segment_sum(point_stats, leaf_index(tree, train_bins), num_segments=n)
-        test_leaf = leaf_index(tree, test_bins)
-        k1, k2, k3 = jax.random.split(key, 3)
-        if isinstance(likelihood, DirichletMultinomial):
-            return likelihood.sample_leaf(k1, stats)[test_leaf]
-        sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
-        mu = likelihood.sample_leaf(k1, stats, sigma2)[test_leaf]
+        _, stats = _leaf_stats(tree, train_bins, point_stats)
+        params, sigma2 = _sample_leaf_params(key, tree, stats, likelihood)
+        mu = params[leaf_index(tree, test_bins)]
         if predictive:
-            mu = mu + jnp.sqrt(sigma2) * jax.random.normal(k2, mu.shape)
+            mu = mu + jnp.sqrt(sigma2) * jax.random.normal(jax.random.split(key, 3)[1], mu.shape)
         return mu
 
     return jax.vmap(one)(keys, trees)
@@ -62,23 +74,33 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
     log-likelihood of every training row and a replicated response.  Shapes (draws, n)."""
 
     def one(key, tree):
-        n = tree.is_split.shape[-1]
-        leaf = leaf_index(tree, train_bins)
-        stats = jax.ops.segment_sum(point_stats, leaf, num_segments=n)
-        k1, k2, k3 = jax.random.split(key, 3)
+        leaf, stats = _leaf_stats(tree, train_bins, point_stats)
+        params, sigma2 = _sample_leaf_params(key, tree, stats, likelihood)
+        k_rep = jax.random.split(key, 3)[1]
         if isinstance(likelihood, DirichletMultinomial):
-            probs = likelihood.sample_leaf(k1, stats)[leaf]  # (n, K)
+            probs = params[leaf]  # (n, K)
             loglik = likelihood.point_log_lik(probs, codes)
-            rep = jax.random.categorical(k2, jnp.log(probs))
-            return loglik, rep.astype(jnp.float32), jnp.float32(jnp.nan)
-        sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
-        mu = likelihood.sample_leaf(k1, stats, sigma2)[leaf, 0]
-        y = codes
-        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + (y - mu) ** 2 / sigma2)
-        rep = mu + jnp.sqrt(sigma2) * jax.random.normal(k2, mu.shape)
+            rep = jax.random.categorical(k_rep, jnp.log(probs))
+            return loglik, rep.astype(jnp.float32), sigma2
+        mu = params[leaf, 0]
+        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + (codes - mu) ** 2 / sigma2)
+        rep = mu + jnp.sqrt(sigma2) * jax.random.normal(k_rep, mu.shape)
         return loglik, rep, jnp.sqrt(sigma2)
 
     return jax.vmap(one)(keys, trees)
+
+
+def _over_draws(program, trees: Tree, idx: np.ndarray, chunk: int = 256):
+    """Run a jitted per-draw ``program(draws, trees_of_draws)`` over the draws ``idx`` of the flat
+    ``trees`` in chunks of one fixed size (the last padded with its first draw, so it compiles
+    once); returns its outputs (a pytree) for ``idx`` concatenated along the draw axis."""
+    outs = []
+    for s in range(0, len(idx), chunk):
+        sel = idx[s : s + chunk]
+        pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
+        res = program(pad, Tree(*(jnp.asarray(a[pad]) for a in trees)))
+        outs.append(jax.tree.map(lambda r: np.asarray(r)[: len(sel)], res))
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
 @dataclass(eq=False)
@@ -218,14 +240,10 @@ class Posterior:
         if max_draws is not None and total > max_draws:
             idx = np.linspace(0, total - 1, max_draws).round().astype(int)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        out = []
-        for s in range(0, len(idx), chunk):
-            sel = idx[s : s + chunk]
-            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])  # one compiled shape
-            trees = Tree(*(jnp.asarray(a[pad]) for a in flat))
-            res = _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood)
-            out.append(np.asarray(res)[: len(sel)])
-        return np.concatenate(out, axis=0)
+        return _over_draws(
+            lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
+            flat, idx, chunk,
+        )
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) posterior-averaged class probabilities (classification)."""
@@ -257,15 +275,12 @@ class Posterior:
         total = flat.is_split.shape[0]
         keys = jax.random.split(jax.random.key(seed), total)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        out = []
-        for s in range(0, total, chunk):
-            sel = np.arange(s, min(s + chunk, total))
-            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
-            trees = Tree(*(jnp.asarray(a[pad]) for a in flat))
-            res = _draw_function(keys[pad], trees, train_bins, train_stats, test_bins, self.likelihood,
-                                 predictive=predictive)
-            out.append(np.asarray(res)[: len(sel)])
-        return np.concatenate(out, axis=0)
+        return _over_draws(
+            lambda draws, trees: _draw_function(
+                keys[draws], trees, train_bins, train_stats, test_bins, self.likelihood, predictive=predictive
+            ),
+            flat, np.arange(total), chunk,
+        )
 
     def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
         """Equal-tailed posterior interval at each row of X (see :meth:`sample_function`).
@@ -354,30 +369,24 @@ class Posterior:
         groups = {"posterior": posterior, "sample_stats": sample_stats}
         dims = {}
         if pointwise:
-            total, chunk = C * S, 256
+            total = C * S
             keys = jax.random.split(jax.random.key(seed), total)
             flat = Tree(*(np.asarray(a)[:, keep].reshape(total, -1) for a in self.trees))
-            # Pad to whole chunks so that _draw_pointwise compiles for a single shape.
-            idx = np.concatenate([np.arange(total), np.zeros(-total % chunk, int)])
             train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
             codes = jnp.asarray(self.train_y)
-            loglik, rep, sigma = [], [], []
-            for s in range(0, len(idx), chunk):
-                sel = idx[s : s + chunk]
-                out = _draw_pointwise(
-                    keys[sel], Tree(*(jnp.asarray(a[sel]) for a in flat)), train_bins,
-                    train_stats, self.likelihood, codes,
-                )
-                loglik.append(np.asarray(out[0]))
-                rep.append(np.asarray(out[1]))
-                sigma.append(np.asarray(out[2]))
+            loglik, rep, sigma = _over_draws(
+                lambda draws, trees: _draw_pointwise(
+                    keys[draws], trees, train_bins, train_stats, self.likelihood, codes
+                ),
+                flat, np.arange(total),
+            )
             n = self.train_bins.shape[0]
-            groups["log_likelihood"] = {"y": np.concatenate(loglik)[:total].reshape(C, S, n)}
-            groups["posterior_predictive"] = {"y": np.concatenate(rep)[:total].reshape(C, S, n)}
+            groups["log_likelihood"] = {"y": loglik.reshape(C, S, n)}
+            groups["posterior_predictive"] = {"y": rep.reshape(C, S, n)}
             observed = self.train_y if self.task == "regression" else np.asarray(self.train_y, np.float32)
             groups["observed_data"] = {"y": np.asarray(observed)}
             if self.task == "regression":
-                posterior["sigma"] = np.concatenate(sigma)[:total].reshape(C, S)
+                posterior["sigma"] = sigma.reshape(C, S)
             dims = {"y": ["obs"]}
         return make_inference_data(groups, dims=dims)
 
