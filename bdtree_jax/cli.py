@@ -36,7 +36,10 @@ import numpy as np
 
 __all__ = ["main", "load_config", "run_config"]
 
-_MODEL_KEYS = {"max_depth", "alpha", "beta", "min_leaf_size", "concentration", "nu", "lam", "a", "mu_bar", "move_probs"}
+_MODEL_KEYS = {
+    "max_depth", "alpha", "beta", "min_leaf_size", "concentration", "nu", "lam", "a", "mu_bar", "move_probs",
+    "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs",
+}
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
@@ -100,8 +103,9 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
 
     task, X_train, y_train, X_test, y_test = _load_data(config)
     kwargs = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
-    if "move_probs" in kwargs:
-        kwargs["move_probs"] = tuple(kwargs["move_probs"])
+    for key in ("move_probs", "warmup_move_probs"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
     t0 = time.perf_counter()
     post = sample(X_train, y_train, task=task, method=config["method"], progress=progress, **kwargs)
     seconds = time.perf_counter() - t0
@@ -123,14 +127,25 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
         preds = post.classes[np.argmax(per_chain, axis=-1)]
         acc = (preds == y_true[None, :]).mean(1)
         pooled = (post.classes[np.argmax(draws.mean(0), axis=-1)] == y_true).mean()
+        # the RJHMC paper's metric: accuracy of every draw's own prediction, averaged over a chain
+        per_draw = (post.classes[np.argmax(draws, axis=-1)] == y_true[None, :]).mean(1).reshape(C, S).mean(1)
         metrics.update(test_accuracy_mean=float(acc.mean()), test_accuracy_sd=float(acc.std(ddof=1) if C > 1 else 0.0),
-                       test_accuracy_pooled=float(pooled), test_accuracy_per_chain=acc.tolist())
+                       test_accuracy_pooled=float(pooled), test_accuracy_per_chain=acc.tolist(),
+                       test_accuracy_per_draw_mean=float(per_draw.mean()),
+                       test_accuracy_per_draw_sd=float(per_draw.std(ddof=1) if C > 1 else 0.0))
     else:
         mse = ((per_chain[..., 0] - y_true[None, :]) ** 2).mean(1)
         pooled = ((draws.mean(0)[:, 0] - y_true) ** 2).mean()
+        per_draw = ((draws[..., 0] - y_true[None, :]) ** 2).mean(1).reshape(C, S).mean(1)
         metrics.update(test_mse_mean=float(mse.mean()), test_mse_sd=float(mse.std(ddof=1) if C > 1 else 0.0),
-                       test_mse_pooled=float(pooled), test_mse_per_chain=mse.tolist())
+                       test_mse_pooled=float(pooled), test_mse_per_chain=mse.tolist(),
+                       test_mse_per_draw_mean=float(per_draw.mean()),
+                       test_mse_per_draw_sd=float(per_draw.std(ddof=1) if C > 1 else 0.0))
     metrics["acceptance_rate"] = post.acceptance_rate()
+    # the RJHMC paper counts accepted iterations over the whole chain, warm-up included
+    metrics["acceptance_rate_all_iterations"] = float(
+        np.concatenate([post.warmup_stats["accepted"], post.stats["accepted"]], axis=1).mean()
+    )
     metrics["map_tree"] = post.tree_text()
     metrics["most_visited_tree"], metrics["most_visited_frequency"] = post.most_visited_tree()
 

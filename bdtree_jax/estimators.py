@@ -64,8 +64,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm"}
-        Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH.
+    method : {"cgm", "hmc-df", "hmc-dfi"}
+        Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
+        trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
+        feature per node / simplex weights over features (``posterior_`` is then a
+        :class:`~bdtree_jax.posterior.SoftTreePosterior`).
     max_depth : int, default 6
         Depth at which the tree prior is truncated (a node there is a leaf).
     alpha, beta : float, default 0.95, 1.0
@@ -74,7 +77,9 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         A split is valid only if both children keep at least this many training rows.
     concentration : float, default 1.0
         Symmetric Dirichlet concentration of the leaf class probabilities.
-    move_probs : (grow, prune, change, swap), default (0.25, 0.25, 0.40, 0.10)
+    move_probs : tuple or None
+        CGM (grow, prune, change, swap), default (0.25, 0.25, 0.40, 0.10); RJHMC (grow, prune,
+        stay) after warm-up, default (0.2, 0.2, 0.6).
     num_warmup, num_samples : int, default 1000, 1000
         Iterations per chain discarded and kept.
     num_chains : int, default 4
@@ -83,6 +88,15 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         Show a progress bar (None: when stderr is a terminal).
     checkpoint : str or None
         Checkpoint file; an interrupted fit resumes from it.
+    h_init, h_final : float, default 0.025
+        RJHMC split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
+        annealed from ``h_init`` to ``h_final`` during warm-up.
+    schedule : {"fast", "paper"}
+        RJHMC: "fast" adapts NUTS once during warm-up and then runs ``leg_steps`` transitions per
+        leg (exact acceptance); "paper" re-adapts for 500 steps per leg like the reference code.
+    leg_steps : int, default 4
+    warmup_move_probs : tuple or None
+        RJHMC (grow, prune, stay) during warm-up, default (0.5, 0.25, 0.25).
 
     Attributes
     ----------
@@ -111,13 +125,18 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         beta: float = 1.0,
         min_leaf_size: int = 1,
         concentration: float = 1.0,
-        move_probs: tuple = (0.25, 0.25, 0.40, 0.10),
+        move_probs: tuple | None = None,
         num_warmup: int = 1000,
         num_samples: int = 1000,
         num_chains: int = 4,
         seed: int = 0,
         progress: bool | None = False,
         checkpoint: str | None = None,
+        h_init: float = 0.025,
+        h_final: float = 0.025,
+        schedule: str = "fast",
+        leg_steps: int = 4,
+        warmup_move_probs: tuple | None = None,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -132,6 +151,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.seed = seed
         self.progress = progress
         self.checkpoint = checkpoint
+        self.h_init = h_init
+        self.h_final = h_final
+        self.schedule = schedule
+        self.leg_steps = leg_steps
+        self.warmup_move_probs = warmup_move_probs
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -185,13 +209,18 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         lam: float | None = None,
         a: float | None = None,
         mu_bar: float | None = None,
-        move_probs: tuple = (0.25, 0.25, 0.40, 0.10),
+        move_probs: tuple | None = None,
         num_warmup: int = 1000,
         num_samples: int = 1000,
         num_chains: int = 4,
         seed: int = 0,
         progress: bool | None = False,
         checkpoint: str | None = None,
+        h_init: float = 0.025,
+        h_final: float = 0.025,
+        schedule: str = "fast",
+        leg_steps: int = 4,
+        warmup_move_probs: tuple | None = None,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -209,6 +238,11 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.seed = seed
         self.progress = progress
         self.checkpoint = checkpoint
+        self.h_init = h_init
+        self.h_final = h_final
+        self.schedule = schedule
+        self.leg_steps = leg_steps
+        self.warmup_move_probs = warmup_move_probs
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

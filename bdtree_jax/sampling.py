@@ -233,11 +233,15 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
 # ----------------------------------------------------------------------------------------------
 # The one-call API: validate, build the model, run, return a Posterior.
 
-METHODS = ("cgm",)
+METHODS = ("cgm", "hmc-df", "hmc-dfi")
+RJHMC_METHODS = ("hmc-df", "hmc-dfi")
 TASKS = ("classification", "regression")
 
 
-def _build_algorithm(data, model, move_probs=(0.25, 0.25, 0.40, 0.10), chain_method=None):
+CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
+
+
+def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None):
     """The CGM kernel's static config and :class:`SamplingAlgorithm` for a built model, tuned for
     how chains will run (``chain_method``; default: as :func:`run_chains` picks it)."""
     from .kernels import cgm as cgm_kernel
@@ -302,7 +306,7 @@ def sample(
     alpha: float = 0.95,
     beta: float = 1.0,
     min_leaf_size: int = 1,
-    move_probs: tuple = (0.25, 0.25, 0.40, 0.10),
+    move_probs: tuple | None = None,
     concentration: float = 1.0,
     nu: float | None = None,
     lam: float | None = None,
@@ -315,6 +319,11 @@ def sample(
     progress: bool | None = None,
     checkpoint=None,
     block_size: int = 500,
+    h_init: float = 0.025,
+    h_final: float = 0.025,
+    schedule: str = "fast",
+    leg_steps: int = 4,
+    warmup_move_probs: tuple | None = None,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -323,9 +332,13 @@ def sample(
     X : array-like or DataFrame of shape (n_samples, n_features), numeric.
     y : array-like of shape (n_samples,): class labels or a real response.
     task : "classification" (Dirichlet–multinomial leaves) or "regression" (normal mean-shift).
-    method : "cgm".
-    max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`).
-    move_probs : CGM (grow, prune, change, swap) probabilities.
+    method : "cgm" (Chipman–George–McCulloch MH on hard trees), "hmc-df" or "hmc-dfi"
+        (RJHMC-Tree on soft trees; :mod:`bdtree_jax.kernels.rjhmc`).
+    max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`;
+        RJHMC: the same ``alpha (1+d)^-beta`` conditioned on the root splitting, no
+        ``min_leaf_size``).
+    move_probs : CGM (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10);
+        RJHMC (grow, prune, stay) after warm-up, default (0.2, 0.2, 0.6).
     concentration : Dirichlet concentration per class (classification).
     nu, lam, a, mu_bar : normal mean-shift hyperparameters (regression); ``None`` picks the
         data-based defaults of :func:`~bdtree_jax.likelihoods.default_normal_hyperparameters`.
@@ -334,6 +347,11 @@ def sample(
     progress : tqdm bar (default: when stderr is a terminal).
     checkpoint : path of a checkpoint file; an interrupted run resumes from it.
     block_size : iterations per compiled block.
+    h_init, h_final : RJHMC split sharpness, annealed from ``h_init`` to ``h_final`` during warm-up.
+    schedule : RJHMC "fast" (one global NUTS adaptation, ``leg_steps`` NUTS transitions per leg)
+        or "paper" (500 NUTS warm-up steps + 1 draw per leg, as the reference code).
+    leg_steps : NUTS transitions per leg ("fast").
+    warmup_move_probs : RJHMC (grow, prune, stay) during warm-up, default (0.5, 0.25, 0.25).
 
     Returns
     -------
@@ -359,6 +377,17 @@ def sample(
             raise ValueError(f"{where}{name} must be an integer >= {0 if name == 'num_warmup' else 1}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
+    if method in RJHMC_METHODS:
+        return _sample_rjhmc(
+            X, y, task=task, method=method, max_depth=max_depth, alpha=alpha, beta=beta,
+            min_leaf_size=min_leaf_size, move_probs=move_probs, warmup_move_probs=warmup_move_probs,
+            concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, num_warmup=num_warmup,
+            num_samples=num_samples, num_chains=num_chains, seed=seed, progress=progress, checkpoint=checkpoint,
+            block_size=block_size, h_init=h_init, h_final=h_final, schedule=schedule, leg_steps=leg_steps,
+        )
+    if warmup_move_probs is not None:
+        raise ValueError(f"{where}warmup_move_probs is an RJHMC option; method={method!r} does not use it.")
+    move_probs = CGM_MOVE_PROBS if move_probs is None else move_probs
     data, model = _build_model(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
@@ -373,3 +402,64 @@ def sample(
     seconds = time.perf_counter() - t0
     info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))
     return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)
+
+
+def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, move_probs, warmup_move_probs,
+                  concentration, nu, lam, a, mu_bar, num_warmup, num_samples, num_chains, seed, progress,
+                  checkpoint, block_size, h_init, h_final, schedule, leg_steps):
+    """RJHMC-Tree (HMC-DF / HMC-DFI) behind :func:`sample`; returns a SoftTreePosterior."""
+    import time
+
+    from .data import check_classification_y, check_regression_y, check_X
+    from .kernels.rjhmc import RJHMCConfig, rjhmc
+    from .posterior import soft_posterior_from_traces
+    from .soft import minmax_scaler
+
+    where = "sample: "
+    if task not in TASKS:
+        raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
+    if min_leaf_size != 1:
+        raise ValueError(f"{where}min_leaf_size is not defined for soft trees ({method}); leave it at 1.")
+    for name, v in (("nu", nu), ("lam", lam), ("a", a)):
+        if v is not None:
+            raise ValueError(f"{where}{name} belongs to CGM's conjugate leaf prior; {method} does not use it.")
+    Xv, names = check_X(X, estimator="sample")
+    if Xv.shape[0] < 2:
+        raise ValueError(f"{where}X has n_samples={Xv.shape[0]}; at least 2 are needed.")
+    x_min, x_range = minmax_scaler(Xv)
+    Xs = ((Xv - x_min) / x_range).astype(np.float32)
+    if task == "classification":
+        classes, codes = check_classification_y(y, Xv.shape[0], estimator="sample")
+        if not concentration > 0:
+            raise ValueError(f"{where}concentration must be > 0; got {concentration!r}.")
+        train_y = codes.astype(np.int32)
+        n_classes = len(classes)
+    else:
+        classes = None
+        train_y = check_regression_y(y, Xv.shape[0], estimator="sample").astype(np.float32)
+        n_classes = 2
+    try:
+        config = RJHMCConfig(
+            task=task, kind=method.split("-")[1], max_depth=max_depth, alpha=alpha, beta=beta, h_init=h_init,
+            h_final=h_final, schedule=schedule, num_warmup=int(num_warmup),
+            warmup_move_probs=tuple(warmup_move_probs) if warmup_move_probs is not None else (0.5, 0.25, 0.25),
+            move_probs=tuple(move_probs) if move_probs is not None else (0.2, 0.2, 0.6),
+            leg_steps=leg_steps, n_classes=n_classes, concentration=float(concentration),
+            mu_mean=0.0 if mu_bar is None else float(mu_bar),
+        )
+    except (ValueError, TypeError) as e:
+        raise ValueError(where + str(e).removeprefix("RJHMCConfig: ")) from None
+    data = {"X": jnp.asarray(Xs), "y": jnp.asarray(train_y)}
+    t0 = time.perf_counter()
+    traces, _ = run_chains(
+        rjhmc(config), data, key=jax.random.key(seed), num_chains=num_chains,
+        num_iterations=num_warmup + num_samples, block_size=block_size, progress=progress,
+        checkpoint=checkpoint, fingerprint=(method, config), description=method,
+    )
+    seconds = time.perf_counter() - t0
+    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))
+    return soft_posterior_from_traces(
+        traces, num_warmup, config=config, x_min=x_min, x_range=x_range, task=task, classes=classes,
+        feature_names=names if names is not None else [f"x{f}" for f in range(Xv.shape[1])],
+        train_X=Xs, train_y=train_y, method=method, info=info,
+    )
