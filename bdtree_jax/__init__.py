@@ -8,11 +8,11 @@ from ._devices import configure_cpu_devices
 
 configure_cpu_devices()
 
-from . import datasets, exact, kernels, likelihoods, priors, tree  # noqa: E402
+from . import datasets, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
-from .posterior import Posterior  # noqa: E402
+from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .priors import TreePrior  # noqa: E402
 from .sampling import run_chains, sample  # noqa: E402
 from .tree import Tree  # noqa: E402
@@ -25,6 +25,7 @@ __all__ = [
     "DirichletMultinomial",
     "NormalMeanShift",
     "Posterior",
+    "SoftTreePosterior",
     "SplitGrid",
     "Tree",
     "TreeData",
@@ -38,5 +39,6 @@ __all__ = [
     "priors",
     "run_chains",
     "sample",
+    "soft",
     "tree",
 ]

@@ -1,6 +1,6 @@
 """Sampling kernels, one module per algorithm."""
 
-from . import cgm
+from . import cgm, rjhmc
 from .base import SamplingAlgorithm
 
-__all__ = ["cgm", "SamplingAlgorithm"]
+__all__ = ["cgm", "rjhmc", "SamplingAlgorithm"]

@@ -191,6 +191,7 @@ TOPOLOGY, FEATURE = "tree_topology", "tree_feature"
 _SPLIT_SITES = ("tree_tau", "tree_weights")
 
 
+@functools.lru_cache(maxsize=32)
 def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     """The RJHMC-Tree kernel.  ``data = {"X": (n, F) float32 in [0, 1], "y": (n,)}``."""
     model = conditioned(config.model)

@@ -1,0 +1,164 @@
+"""RJHMC-Tree: exactness of the "fast" schedule against the posterior over topologies obtained by
+numerical integration, one compilation per run, the h schedule, and the sample()/estimator path."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bdtree_jax as bd
+from bdtree_jax.exact import dm_log_lik, soft_topology_posterior, topology_string, tv_distance
+from bdtree_jax.kernels.rjhmc import RJHMCConfig, rjhmc
+from bdtree_jax.sampling import run_chains, trace_count
+from bdtree_jax.soft import annealed_h, annealing_window
+
+H, ALPHA, BETA = 0.1, 0.9, 0.5
+WARMUP, KEPT, CHAINS = 200, 2000, 4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """12 rows, 2 features in [0, 1], an XOR-like label with two flipped: every depth-2 topology
+    has posterior mass between 0.13 and 0.41."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(12, 2))
+    y = ((X[:, 0] > 0.5) ^ (X[:, 1] > 0.6)).astype(int)
+    y[:2] = 1 - y[:2]
+    return X, y
+
+
+def _config(kind, **kw):
+    return RJHMCConfig(
+        task="classification", kind=kind, max_depth=2, alpha=ALPHA, beta=BETA, h_init=H, h_final=H,
+        num_warmup=WARMUP, leg_steps=2, n_classes=2, max_tree_depth=6, **kw,
+    )
+
+
+def _data(X, y):
+    return {"X": jnp.asarray(X, jnp.float32), "y": jnp.asarray(y, jnp.int32)}
+
+
+@pytest.mark.parametrize("kind", ["df", "dfi"])
+def test_fast_schedule_matches_exact_topology_posterior(tiny, kind):
+    # 4 chains x 2000 kept iterations (~90 % of iterations accepted, 40 % are topology moves):
+    # Monte Carlo TV on this 4-topology support is ~0.01-0.025 (seen over seeds); a wrong
+    # acceptance (e.g. the biased warm-up formula, or dropping Q) moves it above 0.08.
+    X, y = tiny
+    exact = soft_topology_posterior(X, dm_log_lik(y, 2), max_depth=2, h=H, alpha=ALPHA, beta=BETA, kind=kind,
+                                    n_points=2**13)
+    assert all(0.1 < p < 0.5 for p in exact.values())
+    traces, _ = run_chains(rjhmc(_config(kind)), _data(X, y), key=jax.random.key(0), num_chains=CHAINS,
+                           num_iterations=WARMUP + KEPT)
+    topo = traces["is_split"][:, WARMUP:].reshape(-1, 7)
+    counts = collections.Counter(topology_string(t) for t in topo)
+    empirical = {k: v / len(topo) for k, v in counts.items()}
+    assert tv_distance(exact, empirical) <= 0.05, (exact, empirical)
+    # after warm-up a stay move is always accepted (the HMC legs cancel in the acceptance)
+    stay = traces["move"][:, WARMUP:] == 2
+    assert traces["accepted"][:, WARMUP:][stay].all()
+
+
+def test_exact_reference_is_converged(tiny):
+    """The quasi-Monte Carlo reference itself: 2^13 and 2^15 points agree to 0.01."""
+    X, y = tiny
+    a = soft_topology_posterior(X, dm_log_lik(y, 2), max_depth=2, h=H, alpha=ALPHA, beta=BETA, n_points=2**13)
+    b = soft_topology_posterior(X, dm_log_lik(y, 2), max_depth=2, h=H, alpha=ALPHA, beta=BETA, n_points=2**15,
+                                seed=1)
+    assert tv_distance(a, b) < 0.01
+
+
+def test_one_compilation_for_a_run_visiting_many_topologies(tiny):
+    X, y = tiny
+    algorithm = rjhmc(_config("df"))
+    before = trace_count()
+    traces, _ = run_chains(algorithm, _data(X, y), key=jax.random.key(5), num_chains=2, num_iterations=60,
+                           block_size=20)
+    assert trace_count() - before == 1  # 3 blocks, one trace of the transition program
+    visited = {topology_string(t) for t in traces["is_split"].reshape(-1, 7)}
+    assert len(visited) >= 3
+    run_chains(algorithm, _data(X, y), key=jax.random.key(6), num_chains=2, num_iterations=97, block_size=20)
+    assert trace_count() - before == 1  # another run length: same executable
+
+
+def test_h_schedule_follows_the_paper_for_500_steps():
+    # spec §1.6: h_init up to step 75, linear, h_final from step 349 on
+    assert annealing_window(500) == (75, 349)
+    h = np.asarray(annealed_h(jnp.arange(500), (75, 349), 0.05, 0.001))
+    np.testing.assert_allclose(h[:76], 0.05, rtol=1e-6)
+    np.testing.assert_allclose(h[349:], 0.001, rtol=1e-5)
+    assert np.all(np.diff(h[75:350]) < 0)
+
+
+def test_bad_configs_raise_before_compiling(tiny):
+    X, y = tiny
+    cases = [
+        (dict(h_init=0.01, h_final=0.02), "h_final"),
+        (dict(h_init=0.0, h_final=0.0), "h_init must be"),
+        (dict(h_final=float("nan")), "h_final must be"),
+        (dict(move_probs=(0.5, 0.5, 0.5)), "move_probs"),
+        (dict(warmup_move_probs=(0.5, 0.0, 0.5)), "grow and prune"),
+        (dict(schedule="slow"), "schedule"),
+        (dict(leg_steps=0), "leg_steps"),
+        (dict(min_leaf_size=3), "min_leaf_size"),
+        (dict(nu=3.0), "nu"),
+    ]
+    before = trace_count()
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            bd.sample(X, y, method="hmc-df", num_warmup=5, num_samples=5, num_chains=1, **kwargs)
+    assert trace_count() == before
+    with pytest.raises(ValueError, match="unknown method"):
+        bd.BayesianTreeClassifier(method="hmc").fit(X, y)
+
+
+def test_classifier_end_to_end(tmp_path):
+    """A separable problem: the HMC-DF posterior puts the root on the informative feature, predicts
+    held-out rows, reproduces its draws from the seed, round-trips through save/load and ArviZ."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(80, 3))
+    y = np.where(X[:, 1] > 0.4, "b", "a")
+    clf = bd.BayesianTreeClassifier(method="hmc-df", max_depth=3, h_init=0.05, h_final=0.02, num_warmup=60,
+                                    num_samples=60, num_chains=2, seed=3)
+    clf.fit(X[:60], y[:60])
+    post = clf.posterior_
+    assert isinstance(post, bd.SoftTreePosterior)
+    assert np.mean(clf.predict(X[60:]) == y[60:]) >= 0.95
+    proba = clf.predict_proba(X[60:])
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
+    root_feature = post.draws["feature"][:, :, 0][post.draws["is_split"][:, :, 0]]
+    assert np.mean(root_feature == 1) > 0.9
+    assert post.map_tree().startswith("x1<=")
+    assert "if x1 <=" in clf.map_tree_text()
+    # same seed, same draws
+    again = bd.sample(X[:60], y[:60], method="hmc-df", max_depth=3, h_init=0.05, h_final=0.02, num_warmup=60,
+                      num_samples=60, num_chains=2, seed=3)
+    for k in post.draws:
+        np.testing.assert_array_equal(post.draws[k], again.draws[k])
+    path = tmp_path / "post.pkl"
+    post.save(path)
+    loaded = bd.SoftTreePosterior.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(X[60:]), proba)
+    idata = post.to_arviz()
+    np.testing.assert_allclose(np.asarray(idata["sample_stats"]["lp"]), post.stats["log_posterior"])
+    assert np.asarray(idata["log_likelihood"]["y"]).shape == (2, 60, 60)
+    assert np.all(np.asarray(idata["log_likelihood"]["y"]) <= 0)
+
+
+def test_regressor_end_to_end():
+    """HMC-DFI regression on a step function: test MSE near the noise variance, sigma recovered,
+    90 % predictive intervals cover about 90 % of new responses."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(300, 2))
+    f = np.where(X[:, 0] < 0.5, 0.0, 2.0)
+    y = f + 0.3 * rng.standard_normal(300)
+    reg = bd.BayesianTreeRegressor(method="hmc-dfi", max_depth=2, h_init=0.05, h_final=0.01, num_warmup=100,
+                                   num_samples=100, num_chains=2, seed=0, mu_bar=1.0)
+    reg.fit(X[:200], y[:200])
+    pred = reg.predict(X[200:])
+    assert np.mean((pred - f[200:]) ** 2) < 0.02
+    sigma = reg.posterior_.draws["sigma"]
+    assert abs(np.mean(sigma) - 0.3) < 0.05
+    lo, hi = reg.predict_interval(X[200:], prob=0.9, predictive=True)
+    assert 0.8 <= np.mean((y[200:] >= lo) & (y[200:] <= hi)) <= 0.98
