@@ -7,10 +7,10 @@ A config is a flat YAML mapping (unknown keys are an error)::
     split: paper              # "paper" (load_split), "none" (train = test = all rows), or a
                               # test fraction such as 0.3 (stratified for classification, seeded)
     task: classification      # optional; inferred from the dataset
-    method: cgm
+    method: cgm               # cgm, hmc-df or hmc-dfi
     max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, concentration,
-    alpha: 0.95               #        nu, lam, a, mu_bar, move_probs
-    beta: 1.0
+    alpha: 0.95               #        nu, lam, a, mu_bar, move_probs; RJHMC (hmc-*): h_init,
+    beta: 1.0                 #        h_final, schedule, leg_steps, warmup_move_probs
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
     num_samples: 500
     num_chains: 10
@@ -18,7 +18,8 @@ A config is a flat YAML mapping (unknown keys are an error)::
     output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots
 
 Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
-kept draws averaged into one prediction; plus the pooled posterior's score), the ArviZ file
+kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
+draw's own prediction scored and averaged, the RJHMC paper's metric), the ArviZ file
 ``posterior.nc``, the pickled :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
 likelihood and leaves) and ``map_tree.png``.
 """

@@ -29,7 +29,8 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
 def test_every_shipped_config_is_valid():
     folder = os.path.join(ROOT, "configs")
     names = sorted(f for f in os.listdir(folder) if f.endswith(".yaml"))
-    assert {"iris_cgm.yaml", "bcw_cgm.yaml", "wine_cgm.yaml", "raisin_cgm.yaml", "cgm_cgm.yaml"} <= set(names)
+    for data in ("iris", "bcw", "wine", "raisin", "cgm"):
+        assert {f"{data}_cgm.yaml", f"{data}_hmc-df.yaml", f"{data}_hmc-dfi.yaml"} <= set(names)
     for name in names:
         load_config(os.path.join(folder, name))
 

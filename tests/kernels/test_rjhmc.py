@@ -162,3 +162,14 @@ def test_regressor_end_to_end():
     assert abs(np.mean(sigma) - 0.3) < 0.05
     lo, hi = reg.predict_interval(X[200:], prob=0.9, predictive=True)
     assert 0.8 <= np.mean((y[200:] >= lo) & (y[200:] <= hi)) <= 0.98
+
+
+def test_draws_do_not_depend_on_the_number_of_chains(tiny):
+    X, y = tiny
+    algorithm = rjhmc(_config("dfi"))
+    one, _ = run_chains(algorithm, _data(X, y), key=jax.random.key(2), num_chains=1, num_iterations=30)
+    two, _ = run_chains(algorithm, _data(X, y), key=jax.random.key(2), num_chains=2, num_iterations=30)
+    np.testing.assert_array_equal(one["is_split"][0], two["is_split"][0])
+    np.testing.assert_array_equal(one["accepted"][0], two["accepted"][0])
+    np.testing.assert_allclose(one["params"]["tree_tau"][0], two["params"]["tree_tau"][0], rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(two["is_split"][0], two["is_split"][1])
