@@ -261,6 +261,10 @@ class TopologyMHState(NamedTuple):
 
 
 def _tree_sites(tree: str, model_trace) -> list[str]:
+    if f"{tree}_topology" not in model_trace:  # (Gibbs calls this before TopologyMH.init)
+        raise ValueError(
+            f"TopologyMH: the model has no site {tree + '_topology'!r}; declare the tree with soft_tree({tree!r}, ...)."
+        )
     return [s for s in (f"{tree}_topology", f"{tree}_feature") if s in model_trace]
 
 
