@@ -304,10 +304,11 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
                 key, data, unravel, is_split, feature, z, adapt, t, n_steps=config.leg_steps,
                 num_adapt=config.num_adapt_steps, window=fast_window, wa_update=wa_update,
             )
-        # paper: fresh adaptation for leg_warmup steps, then one draw
+        # paper: fresh adaptation for leg_warmup steps from step size 1 (NumPyro's NUTS defaults,
+        # as the reference: no step-size heuristic), then one draw
         k_init, k_leg = jax.random.split(key)
         pe0 = make_pe(data, unravel, is_split, feature, config.h_init)
-        wa_init, wa_update = adapter(config.leg_warmup, heuristic(pe0))
+        wa_init, wa_update = adapter(config.leg_warmup)
         pe, grad = jax.value_and_grad(pe0)(z)
         local = wa_init(IntegratorState(z, None, pe, grad), k_init, 1.0, mass_matrix_size=z.shape[0])
         feature, z, _, _, info = leg(
