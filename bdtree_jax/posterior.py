@@ -104,8 +104,60 @@ def _over_draws(program, trees, idx: np.ndarray, chunk: int = 256):
     return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
+class _DrawSummaries:
+    """What every posterior of draws offers once it has ``predict_draws``, ``sample_function``,
+    ``stats``, ``task``, ``classes``, ``num_chains`` and ``num_draws``."""
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, K) posterior-averaged class probabilities (classification)."""
+        self._require("classification", "predict_proba")
+        return self.predict_draws(X).mean(0, dtype=np.float64)
+
+    def predict(self, X) -> np.ndarray:
+        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
+        mean = self.predict_draws(X).mean(0, dtype=np.float64)
+        if self.task == "classification":
+            return self.classes[np.argmax(mean, axis=1)]
+        return mean[:, 0]
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """Equal-tailed posterior interval at each row of X (see ``sample_function``).
+
+        Returns ``(lower, upper)``: (n,) for regression — a credible interval of the regression
+        function, or with ``predictive=True`` a prediction interval for a new response — and
+        (n, K) for class probabilities.
+        """
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob}.")
+        if predictive and self.task != "regression":
+            raise ValueError("predictive intervals are for regression; use predict_proba for classes.")
+        draws = self.sample_function(X, predictive=predictive, seed=seed).astype(np.float64)
+        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        if self.task == "regression":
+            return lo[:, 0], hi[:, 0]
+        return lo, hi
+
+    def _require(self, task: str, what: str) -> None:
+        if self.task != task:
+            raise ValueError(f"{what} is only available for {task} posteriors (this one is {self.task}).")
+
+    def acceptance_rate(self) -> float:
+        return float(np.mean(self.stats["accepted"]))
+
+    def summary(self) -> dict:
+        """Scalar summaries: mean leaves, depth, acceptance, distinct trees visited."""
+        return dict(
+            num_chains=self.num_chains,
+            num_draws=self.num_draws,
+            mean_leaves=float(np.mean(self.stats["n_leaves"])),
+            mean_depth=float(np.mean(self.stats["depth"])),
+            acceptance_rate=self.acceptance_rate(),
+            **self._extra_summary(),
+        )
+
+
 @dataclass(eq=False)
-class Posterior:
+class Posterior(_DrawSummaries):
     """Draws of a tree sampler (arrays are numpy, leading axes ``(chain, draw)``).
 
     Attributes
@@ -246,18 +298,6 @@ class Posterior:
             flat, idx, chunk,
         )
 
-    def predict_proba(self, X) -> np.ndarray:
-        """(n, K) posterior-averaged class probabilities (classification)."""
-        self._require("classification", "predict_proba")
-        return self.predict_draws(X).mean(0, dtype=np.float64)
-
-    def predict(self, X) -> np.ndarray:
-        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
-        mean = self.predict_draws(X).mean(0, dtype=np.float64)
-        if self.task == "classification":
-            return self.classes[np.argmax(mean, axis=1)]
-        return mean[:, 0]
-
     def sample_function(self, X, *, predictive: bool = False, seed: int = 0, chunk: int = 256) -> np.ndarray:
         """Posterior draws of the function at X, leaf parameters included.
 
@@ -283,41 +323,8 @@ class Posterior:
             flat, np.arange(total), chunk,
         )
 
-    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
-        """Equal-tailed posterior interval at each row of X (see :meth:`sample_function`).
-
-        Returns ``(lower, upper)``: (n,) for regression — a credible interval of the regression
-        function, or with ``predictive=True`` a prediction interval for a new response — and
-        (n, K) for class probabilities.
-        """
-        if not 0 < prob < 1:
-            raise ValueError(f"prob must be in (0, 1); got {prob}.")
-        if predictive and self.task != "regression":
-            raise ValueError("predictive intervals are for regression; use predict_proba for classes.")
-        draws = self.sample_function(X, predictive=predictive, seed=seed).astype(np.float64)
-        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
-        if self.task == "regression":
-            return lo[:, 0], hi[:, 0]
-        return lo, hi
-
-    def _require(self, task: str, what: str) -> None:
-        if self.task != task:
-            raise ValueError(f"{what} is only available for {task} posteriors (this one is {self.task}).")
-
-    # -- summaries ------------------------------------------------------------------------------
-    def acceptance_rate(self) -> float:
-        return float(np.mean(self.stats["accepted"]))
-
-    def summary(self) -> dict:
-        """Scalar summaries: mean leaves, depth, acceptance, distinct trees visited."""
-        return dict(
-            num_chains=self.num_chains,
-            num_draws=self.num_draws,
-            mean_leaves=float(np.mean(self.stats["n_leaves"])),
-            mean_depth=float(np.mean(self.stats["depth"])),
-            acceptance_rate=self.acceptance_rate(),
-            distinct_trees=len(set(self._strings)),
-        )
+    def _extra_summary(self) -> dict:
+        return dict(distinct_trees=len(set(self._strings)))
 
     # -- ArviZ -----------------------------------------------------------------------------------
     def to_arviz(self, *, pointwise: bool = True, seed: int = 0, max_draws_pointwise: int | None = None):
@@ -482,7 +489,7 @@ def _soft_pointwise(keys, draws, X_train, onehot, y, h, concentration, kind):
 
 
 @dataclass(eq=False)
-class SoftTreePosterior:
+class SoftTreePosterior(_DrawSummaries):
     """Draws of RJHMC-Tree (HMC-DF / HMC-DFI); arrays are numpy with leading axes ``(chain, draw)``.
 
     Attributes
@@ -563,19 +570,6 @@ class SoftTreePosterior:
             flat, np.arange(total), chunk,
         )
 
-    def predict_proba(self, X) -> np.ndarray:
-        """(n, K) posterior-averaged class probabilities."""
-        if self.task != "classification":
-            raise ValueError("predict_proba is only available for classification posteriors.")
-        return self.predict_draws(X).mean(0, dtype=np.float64)
-
-    def predict(self, X) -> np.ndarray:
-        """Posterior-averaged prediction: class labels or means."""
-        mean = self.predict_draws(X).mean(0, dtype=np.float64)
-        if self.task == "classification":
-            return self.classes[np.argmax(mean, axis=1)]
-        return mean[:, 0]
-
     def sample_function(self, X, *, predictive: bool = False, seed: int = 0) -> np.ndarray:
         """(draws, n, P) draws of the function at X (regression: ``+ sigma * noise`` with
         ``predictive=True``)."""
@@ -587,16 +581,6 @@ class SoftTreePosterior:
             noise = np.random.default_rng(seed).standard_normal(f.shape)
             f = f + sigma[:, None, None] * noise
         return f
-
-    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
-        """Equal-tailed posterior interval (see :meth:`Posterior.predict_interval`)."""
-        if not 0 < prob < 1:
-            raise ValueError(f"prob must be in (0, 1); got {prob}.")
-        draws = self.sample_function(X, predictive=predictive, seed=seed).astype(np.float64)
-        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
-        if self.task == "regression":
-            return lo[:, 0], hi[:, 0]
-        return lo, hi
 
     # -- trees as text ---------------------------------------------------------------------------
     def _tree_string(self, c: int, s: int, thresholds: bool = True) -> str:
@@ -703,17 +687,8 @@ class SoftTreePosterior:
         ax.text(0.0, 1.0, self.tree_text(), family="monospace", va="top", fontsize=8, transform=ax.transAxes)
         return ax
 
-    # -- summaries -------------------------------------------------------------------------------
-    def acceptance_rate(self) -> float:
-        return float(np.mean(self.stats["accepted"]))
-
-    def summary(self) -> dict:
+    def _extra_summary(self) -> dict:
         return dict(
-            num_chains=self.num_chains,
-            num_draws=self.num_draws,
-            mean_leaves=float(np.mean(self.stats["n_leaves"])),
-            mean_depth=float(np.mean(self.stats["depth"])),
-            acceptance_rate=self.acceptance_rate(),
             nuts_accept=float(np.mean(self.stats["nuts_accept"])),
             distinct_structures=len(set(self.structure_strings())),
         )
