@@ -211,21 +211,27 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         feature = tr[FEATURE]["value"].astype(jnp.int32) if FEATURE in tr else jnp.zeros(M, jnp.int32)
         return names, transforms, flat, unravel, feature
 
+    def has_feature(data) -> bool:
+        """Whether the model has a discrete feature site (HMC-DF, or a single input)."""
+        return config.kind == "df" or data["X"].shape[1] == 1
+
+    def conditioning(data, is_split, feature) -> dict:
+        """The Gibbs sites every model evaluation is conditioned on."""
+        return {TOPOLOGY: is_split, **({FEATURE: feature} if has_feature(data) else {})}
+
     def make_pe(data, unravel, is_split, feature, h):
         args = (data["X"], data["y"])
-        has_feature = data["X"].shape[1] == 1 or config.kind == "df"
+        kwargs = {"h": h, GIBBS_SITES_KWARG: conditioning(data, is_split, feature)}
 
         def pe(z):
-            sites = {TOPOLOGY: is_split, **({FEATURE: feature} if has_feature else {})}
-            return potential_energy(model, args, {"h": h, GIBBS_SITES_KWARG: sites}, unravel(z))
+            return potential_energy(model, args, kwargs, unravel(z))
 
         return pe
 
     def log_terms(data, unravel, transforms, z, is_split, feature):
-        has_feature = data["X"].shape[1] == 1 or config.kind == "df"
         params = {n: transforms[n](v) for n, v in unravel(z).items()}
-        sites = {TOPOLOGY: is_split, **({FEATURE: feature} if has_feature else {})}
-        _, tr = log_density(model, (data["X"], data["y"]), {"h": h_final, GIBBS_SITES_KWARG: sites}, params)
+        kwargs = {"h": h_final, GIBBS_SITES_KWARG: conditioning(data, is_split, feature)}
+        _, tr = log_density(model, (data["X"], data["y"]), kwargs, params)
         log_lik = sum(
             jnp.sum(s["fn"].log_prob(s["value"])) for n, s in tr.items()
             if s["type"] == "sample" and s["is_observed"] and n not in (TOPOLOGY, FEATURE)
@@ -261,13 +267,12 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     def leg(key, data, unravel, is_split, feature, z, adapt, t, *, n_steps, num_adapt, window, wa_update):
         """``G (N G)^n_steps`` at topology ``is_split``; adapts while ``t < num_adapt``."""
         n_features = data["X"].shape[1]
-        sweep = config.kind == "df" or n_features == 1
 
         def h_at(t):
             return annealed_h(t, window, config.h_init, config.h_final) if num_adapt > 0 else h_final
 
         def gibbs(key, feature, z, h):
-            if not sweep or n_features == 1:
+            if not has_feature(data) or n_features == 1:  # nothing to sweep
                 return feature
             pe_of = lambda f: make_pe(data, unravel, is_split, f, h)(z)  # noqa: E731
             feature, _ = bdnp.feature_sweep(key, feature, is_split, n_features, pe_of, pe_of(feature))
@@ -321,11 +326,9 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     def refresh(key, data, names, transforms, unravel, z, is_split, feature):
         params = unravel(z)
         constrained = {n: transforms[n](v) for n, v in params.items()}
-        has_feature = FEATURE in sites_of(data)
-        sites = {TOPOLOGY: is_split, **({FEATURE: feature} if has_feature else {})}
         k_trace, k_draw = jax.random.split(key)
         tr = trace(seed(substitute(model, data=constrained), k_trace)).get_trace(
-            data["X"], data["y"], h=h_final, **{GIBBS_SITES_KWARG: sites}
+            data["X"], data["y"], h=h_final, **{GIBBS_SITES_KWARG: conditioning(data, is_split, feature)}
         )
         split_inactive = ~is_split[:M]
         leaf_inactive = ~leaf_mask(is_split)
@@ -343,9 +346,6 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             out[name] = jnp.where(mask, fresh_u, params[name])
         return ravel_pytree(out)[0]
 
-    def sites_of(data):
-        return (TOPOLOGY, FEATURE) if (config.kind == "df" or data["X"].shape[1] == 1) else (TOPOLOGY,)
-
     def swap_leaf_sites(unravel, z, node):
         params = unravel(z)
         for name in config.leaf_sites:
@@ -360,7 +360,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         is_split = stump(config.max_depth)
         n_features = data["X"].shape[1]
         k_feat, k_ref, k_ss = jax.random.split(jax.random.fold_in(key, 1), 3)
-        if FEATURE in sites_of(data):
+        if has_feature(data):
             feature = jax.random.randint(k_feat, (M,), 0, n_features)
         z = refresh(k_ref, data, names, transforms, unravel, z, is_split, feature)
         pe0 = make_pe(data, unravel, is_split, feature, config.h_init)
