@@ -190,7 +190,7 @@ def run_chains(
             saved = pickle.load(fh)
         if saved.get("ident") == ident:
             start, chunks = saved["start"], saved["chunks"]
-            states = jax.tree.map(jnp.asarray, saved["states"])
+            states = _states_from_host(saved["states"])
     if states is None:
         states = init_fn(jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1), data)
     if len(devices) > 1:
@@ -218,11 +218,32 @@ def run_chains(
     return traces, states
 
 
+def _states_to_host(states):
+    """Chain states as picklable numpy (typed PRNG keys, e.g. NUTS's, as their raw key data)."""
+    leaves, treedef = jax.tree.flatten(states)
+    out = []
+    for leaf in leaves:
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            out.append(("prng_key", str(jax.random.key_impl(leaf)), np.asarray(jax.random.key_data(leaf))))
+        else:
+            out.append(np.asarray(leaf))
+    return treedef, out
+
+
+def _states_from_host(saved):
+    treedef, leaves = saved
+    restored = [
+        jax.random.wrap_key_data(jnp.asarray(x[2]), impl=x[1]) if isinstance(x, tuple) else jnp.asarray(x)
+        for x in leaves
+    ]
+    return jax.tree.unflatten(treedef, restored)
+
+
 def _write_checkpoint(path, ident, start, chunks, states) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as fh:
         pickle.dump(
-            dict(ident=ident, start=start, chunks=chunks, states=jax.tree.map(np.asarray, states)),
+            dict(ident=ident, start=start, chunks=chunks, states=_states_to_host(states)),
             fh,
             protocol=pickle.HIGHEST_PROTOCOL,
         )

@@ -173,3 +173,29 @@ def test_draws_do_not_depend_on_the_number_of_chains(tiny):
     np.testing.assert_array_equal(one["accepted"][0], two["accepted"][0])
     np.testing.assert_allclose(one["params"]["tree_tau"][0], two["params"]["tree_tau"][0], rtol=1e-5, atol=1e-6)
     assert not np.array_equal(two["is_split"][0], two["is_split"][1])
+
+
+def test_checkpoint_resume_gives_the_identical_chain(tiny, tmp_path, monkeypatch):
+    """The RJHMC state carries NUTS's typed PRNG keys; an interrupted run resumes bit-identically."""
+    from bdtree_jax import sampling
+
+    X, y = tiny
+    algorithm = rjhmc(_config("df"))
+    run = dict(key=jax.random.key(5), num_chains=2, num_iterations=60, block_size=20)
+    full, _ = run_chains(algorithm, _data(X, y), **run)
+    original, calls = sampling._write_checkpoint, {"n": 0}
+
+    def interrupt_after_one(*args, **kw):
+        original(*args, **kw)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "rjhmc.ckpt"
+    monkeypatch.setattr(sampling, "_write_checkpoint", interrupt_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        run_chains(algorithm, _data(X, y), checkpoint=path, **run)
+    monkeypatch.setattr(sampling, "_write_checkpoint", original)
+    resumed, _ = run_chains(algorithm, _data(X, y), checkpoint=path, **run)
+    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(a, b)
