@@ -64,11 +64,13 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm", "hmc-df", "hmc-dfi"}
+    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg"}
         Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
         trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
         feature per node / simplex weights over features (``posterior_`` is then a
-        :class:`~bdtree_jax.posterior.SoftTreePosterior`).
+        :class:`~bdtree_jax.posterior.SoftTreePosterior`).  "pcfg": BCART-PCFG (Sullivan et al. 2023),
+        independent exact posterior draws by dynamic programming over boxes (``posterior_`` is a
+        :class:`~bdtree_jax.posterior.PCFGPosterior`).
     max_depth : int, default 6
         Depth at which the tree prior is truncated (a node there is a leaf).
     alpha, beta : float, default 0.95, 1.0
@@ -97,6 +99,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
     leg_steps : int, default 4
     warmup_move_probs : tuple or None
         RJHMC (grow, prune, stay) during warm-up, default (0.5, 0.25, 0.25).
+    log_phi : float, default 2.0
+        "pcfg": the prior ``Pr[T] ∝ φ^-b(T)`` over trees with ``b`` leaves (alpha and beta are not
+        used; ``max_depth`` bounds the depth, ``None`` for unbounded).
+    n_buckets : None, int or one int per feature
+        "pcfg": cut features with more distinct values into this many equal-width buckets.
 
     Attributes
     ----------
@@ -137,6 +144,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         schedule: str = "fast",
         leg_steps: int = 4,
         warmup_move_probs: tuple | None = None,
+        log_phi: float = 2.0,
+        n_buckets=None,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -156,6 +165,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.schedule = schedule
         self.leg_steps = leg_steps
         self.warmup_move_probs = warmup_move_probs
+        self.log_phi = log_phi
+        self.n_buckets = n_buckets
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -221,6 +232,8 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         schedule: str = "fast",
         leg_steps: int = 4,
         warmup_move_probs: tuple | None = None,
+        log_phi: float = 2.0,
+        n_buckets=None,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -243,6 +256,8 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.schedule = schedule
         self.leg_steps = leg_steps
         self.warmup_move_probs = warmup_move_probs
+        self.log_phi = log_phi
+        self.n_buckets = n_buckets
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

@@ -20,7 +20,7 @@ from .tree import _fmt
 
 __all__ = [
     "enumerate_trees", "enumerate_posterior", "tv_distance", "topology_string", "soft_topology_posterior",
-    "dm_log_lik", "gaussian_leaf_log_lik",
+    "dm_log_lik", "gaussian_leaf_log_lik", "enumerate_pcfg_trees", "enumerate_pcfg_posterior",
 ]
 
 
@@ -108,6 +108,59 @@ def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: f
     all_trees = enumerate_trees(X, point_stats, prior, likelihood)
     log_post = np.array([lp + beta * ll for _, lp, ll in all_trees])
     probs = np.exp(log_post - logsumexp(log_post))
+    return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
+
+
+def enumerate_pcfg_trees(X, point_stats, likelihood, *, log_phi: float = 2.0, max_depth=None,
+                         n_buckets=None) -> list[tuple[str, float, list]]:
+    """Every tree of the BCART-PCFG prior as ``(string, log weight, leaf row sets)``, by explicit
+    recursion over sets of rows (no boxes, no dynamic programming; tiny data only).
+
+    A node's splits are the distinct unordered pairs of non-empty row sets given by a threshold
+    on one feature's codes (:func:`bdtree_jax.pcfg.code_features`); each is written with the first
+    (feature, threshold) that produces it.  The weight is ``-b(T) log φ + Σ log L(leaf)``, where
+    ``L`` is ``likelihood.leaf_log_lik``.  Strings are :func:`bdtree_jax.tree.to_string`'s, with
+    the thresholds of :func:`bdtree_jax.data.make_split_grid` on ``X``.
+    """
+    import jax.numpy as jnp
+
+    from .pcfg import code_features
+
+    X = np.asarray(X, float)
+    codes, boundary_cut = code_features(X, n_buckets)
+    thresholds = make_split_grid(X).thresholds
+    stats = np.asarray(point_stats, float)
+
+    def leaf_log_lik(rows):
+        return float(likelihood.leaf_log_lik(jnp.asarray(stats[list(rows)].sum(0), jnp.float32)))
+
+    def trees(rows: tuple, depth: int):
+        out = [("L", -log_phi + leaf_log_lik(rows), [rows])]
+        if max_depth is not None and depth >= max_depth:
+            return out
+        seen = set()
+        for f in range(codes.shape[1]):
+            for t in range(int(codes[:, f].max())):
+                left = tuple(r for r in rows if codes[r, f] <= t)
+                right = tuple(r for r in rows if codes[r, f] > t)
+                key = frozenset([left, right])
+                if not left or not right or key in seen:
+                    continue
+                seen.add(key)
+                name = f"x{f}<={_fmt(thresholds[f, boundary_cut[f][t]])}"
+                for ls, lw, ll in trees(left, depth + 1):
+                    for rs, rw, rl in trees(right, depth + 1):
+                        out.append((f"{name}({ls},{rs})", lw + rw, ll + rl))
+        return out
+
+    return trees(tuple(range(X.shape[0])), 0)
+
+
+def enumerate_pcfg_posterior(X, point_stats, likelihood, **kw) -> dict[str, float]:
+    """Exact BCART-PCFG posterior ``{tree string: probability}`` (see :func:`enumerate_pcfg_trees`)."""
+    all_trees = enumerate_pcfg_trees(X, point_stats, likelihood, **kw)
+    w = np.array([w for _, w, _ in all_trees])
+    probs = np.exp(w - logsumexp(w))
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
 
 

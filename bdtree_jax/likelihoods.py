@@ -127,6 +127,19 @@ class NormalMeanShift:
         r = np.asarray(y, float) - self.mu_bar
         return np.stack([np.ones_like(r), r, r * r], axis=1).astype(np.float32)
 
+    def leaf_log_lik(self, stats: Array) -> Array:
+        """Log marginal likelihood of each node's rows *with its own* ``sigma^2`` (the same
+        conjugate prior applied to one leaf: CGM98's mean-variance shift model), shape
+        ``stats.shape[:-1]``.  This is the leaf-factorised score BCART-PCFG needs; the pooled
+        ``sigma`` of :meth:`log_lik` does not factorise over leaves."""
+        n_i, s1, s2 = stats[..., 0], stats[..., 1], stats[..., 2]
+        a, nu, lam = self.a, self.nu, self.lam
+        q = jnp.maximum(s2 - s1 * s1 / (n_i + a), 0.0)
+        return (
+            -0.5 * n_i * jnp.log(jnp.pi) + 0.5 * (jnp.log(a) - jnp.log(n_i + a)) + 0.5 * nu * jnp.log(nu * lam)
+            + gammaln(0.5 * (n_i + nu)) - gammaln(0.5 * nu) - 0.5 * (n_i + nu) * jnp.log(q + nu * lam)
+        )
+
     def log_lik(self, stats: Array, is_leaf: Array) -> Array:
         """``stats`` (N, 3) node statistics, ``is_leaf`` (N,) bool."""
         n_i, s1, s2 = stats[:, 0], stats[:, 1], stats[:, 2]

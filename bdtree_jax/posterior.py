@@ -17,7 +17,7 @@ from .likelihoods import DirichletMultinomial
 from .priors import TreePrior
 from .tree import Tree, _fmt, leaf_index, leaf_nodes, plot_tree, to_string, tree_text
 
-__all__ = ["Posterior", "SoftTreePosterior"]
+__all__ = ["Posterior", "PCFGPosterior", "SoftTreePosterior"]
 
 _SCALARS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move")
 
@@ -412,6 +412,67 @@ class Posterior(_DrawSummaries):
             state = pickle.load(fh)
         state["trees"] = Tree(*state["trees"])
         return cls(**state)
+
+
+@dataclass(eq=False)
+class PCFGPosterior(Posterior):
+    """Exact BCART-PCFG draws (independent; ``stats["accepted"]`` is all True and there is no
+    warm-up) plus the box grammar they were drawn from, which answers exactly what draws only
+    estimate.
+
+    Extra attributes
+    ----------------
+    grammar : :class:`~bdtree_jax.pcfg.BoxGrammar`.
+    boundary_thresholds : list of (B_f - 1,) arrays: raw thresholds of every code boundary
+        (with bucketing, the splits the prior allows).
+    """
+
+    grammar: Any = None
+    boundary_thresholds: Any = None
+
+    def _codes(self, X) -> np.ndarray:
+        X, _ = check_X(X, name="X")
+        self._bins(X)  # shape and feature-name checks
+        return np.stack(
+            [np.searchsorted(t, X[:, f], side="left") for f, t in enumerate(self.boundary_thresholds)], axis=1
+        ).astype(np.int32)
+
+    def map_tree(self) -> Tree:
+        """The exact maximum a posteriori tree (from ``Q_max``; not just the best draw)."""
+        from .pcfg import map_tree
+
+        return map_tree(self.grammar)
+
+    def log_prob(self, tree: Tree) -> float:
+        """Exact ``log Pr[tree | X, Y]`` (``-inf`` for trees the prior excludes)."""
+        from .pcfg import log_prob
+
+        return log_prob(self.grammar, tree, self.train_bins, self.train_stats)
+
+    @property
+    def log_evidence(self) -> float:
+        """``log p(Y | X)`` under the PCFG prior: the posterior's normaliser over the prior's."""
+        return self.grammar.log_evidence
+
+    def predictive(self, X) -> np.ndarray:
+        """Exact posterior predictive over *all* trees, (n, P): class probabilities, or the mean
+        of the regression function.  A dynamic program over the boxes, no sampling error."""
+        from .pcfg import predictive
+
+        return predictive(self.grammar, self._codes(X))
+
+    def sample_paths(self, X, num: int = 1000, *, seed: int = 0, best: bool = False) -> np.ndarray:
+        """The paper's Algorithm 1: for each row of X, ``num`` independent posterior trees' answers
+        drawn along the row's path only, (num, n, P) leaf posterior means.  ``best=True``:
+        Algorithm 2, the MAP tree's answer, (1, n, P)."""
+        from .pcfg import sample_paths
+
+        boxes = sample_paths(self.grammar, jax.random.key(seed), self._codes(X), 1 if best else num,
+                             mode="max" if best else "sample")
+        return np.asarray(self.likelihood.leaf_mean(jnp.asarray(self.grammar.stats[boxes])))
+
+    def _extra_summary(self) -> dict:
+        return dict(n_boxes=self.grammar.n_boxes, log_evidence=self.log_evidence)
 
 
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:

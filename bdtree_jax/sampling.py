@@ -254,7 +254,7 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
 # ----------------------------------------------------------------------------------------------
 # The one-call API: validate, build the model, run, return a Posterior.
 
-METHODS = ("cgm", "hmc-df", "hmc-dfi")
+METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg")
 RJHMC_METHODS = ("hmc-df", "hmc-dfi")
 TASKS = ("classification", "regression")
 
@@ -345,6 +345,8 @@ def sample(
     schedule: str = "fast",
     leg_steps: int = 4,
     warmup_move_probs: tuple | None = None,
+    log_phi: float = 2.0,
+    n_buckets=None,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -354,7 +356,9 @@ def sample(
     y : array-like of shape (n_samples,): class labels or a real response.
     task : "classification" (Dirichlet–multinomial leaves) or "regression" (normal mean-shift).
     method : "cgm" (Chipman–George–McCulloch MH on hard trees), "hmc-df" or "hmc-dfi"
-        (RJHMC-Tree on soft trees; :mod:`bdtree_jax.kernels.rjhmc`).
+        (RJHMC-Tree on soft trees; :mod:`bdtree_jax.kernels.rjhmc`), or "pcfg" (BCART-PCFG:
+        independent exact draws from the ``φ^-b(T)`` prior's posterior; :mod:`bdtree_jax.pcfg`;
+        returns a :class:`~bdtree_jax.posterior.PCFGPosterior`).
     max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`;
         RJHMC: the same ``alpha (1+d)^-beta`` conditioned on the root splitting, no
         ``min_leaf_size``).
@@ -373,6 +377,11 @@ def sample(
         or "paper" (500 NUTS warm-up steps + 1 draw per leg, as the reference code).
     leg_steps : NUTS transitions per leg ("fast").
     warmup_move_probs : RJHMC (grow, prune, stay) during warm-up, default (0.5, 0.25, 0.25).
+    log_phi : PCFG prior ``Pr[T] ∝ φ^-b(T)`` (``b`` leaves); paper default 2.  alpha and beta are
+        not used; ``max_depth`` bounds the depth (the prior conditioned on ``depth <= max_depth``;
+        ``None``: unbounded); no warm-up is needed (``num_warmup`` is ignored).
+    n_buckets : PCFG: None, or an int (or one per feature): features with more distinct values are
+        cut into that many equal-frequency buckets before the boxes are enumerated (paper: 10).
 
     Returns
     -------
@@ -398,6 +407,13 @@ def sample(
             raise ValueError(f"{where}{name} must be an integer >= {0 if name == 'num_warmup' else 1}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
+    if method == "pcfg":
+        return _sample_pcfg(
+            X, y, task=task, max_depth=max_depth, min_leaf_size=min_leaf_size, move_probs=move_probs,
+            warmup_move_probs=warmup_move_probs, concentration=concentration, nu=nu, lam=lam, a=a,
+            mu_bar=mu_bar, num_samples=num_samples, num_chains=num_chains, seed=seed, log_phi=log_phi,
+            n_buckets=n_buckets,
+        )
     if method in RJHMC_METHODS:
         return _sample_rjhmc(
             X, y, task=task, method=method, max_depth=max_depth, alpha=alpha, beta=beta,
@@ -483,4 +499,69 @@ def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, 
         traces, num_warmup, config=config, x_min=x_min, x_range=x_range, task=task, classes=classes,
         feature_names=names if names is not None else [f"x{f}" for f in range(Xv.shape[1])],
         train_X=Xs, train_y=train_y, method=method, info=info,
+    )
+
+
+def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_move_probs, concentration, nu, lam,
+                 a, mu_bar, num_samples, num_chains, seed, log_phi, n_buckets):
+    """BCART-PCFG behind :func:`sample`: build the box grammar once, then ``num_samples`` exact
+    draws per chain (chain ``c`` uses ``fold_in(key(seed), c)``, so its draws do not depend on the
+    number of chains); returns a PCFGPosterior."""
+    import time
+
+    from . import pcfg
+    from .posterior import PCFGPosterior
+    from .priors import TreePrior
+    from .tree import n_leaves, tree_depth, Tree
+
+    where = "sample: "
+    if max_depth is not None and (not isinstance(max_depth, (int, np.integer)) or max_depth < 1):
+        raise ValueError(f"{where}max_depth must be None or an integer >= 1; got {max_depth!r}.")
+    if min_leaf_size != 1:
+        raise ValueError(f"{where}min_leaf_size is not part of the PCFG prior (every leaf holds >= 1 row); leave it at 1.")
+    for name, v in (("move_probs", move_probs), ("warmup_move_probs", warmup_move_probs)):
+        if v is not None:
+            raise ValueError(f"{where}{name} is an MCMC option; method='pcfg' samples exactly and does not use it.")
+    if not (isinstance(log_phi, (int, float, np.floating)) and np.isfinite(log_phi)):
+        raise ValueError(f"{where}log_phi must be a finite number; got {log_phi!r}.")
+    if n_buckets is not None:
+        nb = [n_buckets] if np.isscalar(n_buckets) else list(n_buckets)
+        if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 2 for b in nb):
+            raise ValueError(f"{where}n_buckets must be None, an integer >= 2 or one such integer per feature; got {n_buckets!r}.")
+    data, model = _build_model(
+        X, y, task=task, max_depth=max_depth if max_depth is not None else 1, alpha=0.95, beta=1.0,
+        min_leaf_size=1, concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
+    )
+    from .data import check_X
+
+    Xv, _ = check_X(X, estimator="sample")
+    if n_buckets is not None and not np.isscalar(n_buckets) and len(n_buckets) != Xv.shape[1]:
+        raise ValueError(f"{where}n_buckets has {len(n_buckets)} entries; X has {Xv.shape[1]} features.")
+    codes, boundary_cut = pcfg.code_features(Xv, n_buckets)
+    t0 = time.perf_counter()
+    grammar = pcfg.build_grammar(
+        codes, model["train_stats"], model["likelihood"], log_phi=float(log_phi), max_depth=max_depth,
+        boundary_cut=boundary_cut, where=where,
+    )
+    seconds_grammar = time.perf_counter() - t0
+    key = jax.random.key(seed)
+    chains = [pcfg.sample_trees(grammar, jax.random.fold_in(key, c), num_samples, where=where) for c in range(num_chains)]
+    trees = Tree(*(np.stack([ch[0][i] for ch in chains]) for i in range(3)))
+    log_lik = np.stack([ch[1] for ch in chains]).astype(np.float32)
+    leaves = np.stack([ch[2] for ch in chains]).astype(np.int32)
+    flat = Tree(*(jnp.asarray(a.reshape(-1, a.shape[-1])) for a in trees))
+    depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(leaves.shape).astype(np.int32)
+    stats = dict(
+        log_lik=log_lik, log_prior=(-float(log_phi) * leaves).astype(np.float32), n_leaves=leaves, depth=depth,
+        accepted=np.ones(leaves.shape, bool), move=np.zeros(leaves.shape, np.int32),
+    )
+    stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
+    warm = {k: v[:, :0] for k, v in stats.items()}
+    model["prior"] = TreePrior(max_depth=grammar.heap_depth)
+    seconds = time.perf_counter() - t0
+    info = dict(seed=seed, num_samples=num_samples, seconds=seconds, seconds_grammar=seconds_grammar,
+                n_boxes=grammar.n_boxes, log_phi=float(log_phi), max_depth=max_depth, n_buckets=n_buckets)
+    return PCFGPosterior(
+        trees=trees, stats=stats, warmup_stats=warm, method="pcfg", info=info, grammar=grammar,
+        boundary_thresholds=[model["grid"].thresholds[f, bc] for f, bc in enumerate(boundary_cut)], **model,
     )
