@@ -22,7 +22,8 @@ A config is a flat YAML mapping (unknown keys are an error)::
 
 Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
 kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
-draw's own prediction scored and averaged, the RJHMC paper's metric), the ArviZ file
+draw's own prediction scored and averaged, the RJHMC paper's metric; for ``pcfg`` also the exact
+posterior predictive's and the MAP tree's scores, boxes and log evidence), the ArviZ file
 ``posterior.nc``, the pickled :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
 likelihood and leaves) and ``map_tree.png``.
 """
@@ -146,6 +147,17 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
                        test_mse_pooled=float(pooled), test_mse_per_chain=mse.tolist(),
                        test_mse_per_draw_mean=float(per_draw.mean()),
                        test_mse_per_draw_sd=float(per_draw.std(ddof=1) if C > 1 else 0.0))
+    if post.method == "pcfg":  # exact answers over all trees, next to the draws' estimates
+        exact_pred = post.predictive(X_test)
+        best = post.sample_paths(X_test, best=True)[0]
+        metrics.update(n_boxes=post.grammar.n_boxes, log_evidence=post.log_evidence,
+                       map_tree_nodes=int(2 * post.map_tree().is_split.sum() + 1))
+        if task == "classification":
+            metrics["test_accuracy_exact_predictive"] = float((post.classes[exact_pred.argmax(1)] == y_true).mean())
+            metrics["test_accuracy_map_tree"] = float((post.classes[best.argmax(1)] == y_true).mean())
+        else:
+            metrics["test_mse_exact_predictive"] = float(((exact_pred[:, 0] - y_true) ** 2).mean())
+            metrics["test_mse_map_tree"] = float(((best[:, 0] - y_true) ** 2).mean())
     metrics["acceptance_rate"] = post.acceptance_rate()
     # the RJHMC paper counts accepted iterations over the whole chain, warm-up included
     metrics["acceptance_rate_all_iterations"] = float(
