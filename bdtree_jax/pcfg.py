@@ -499,10 +499,9 @@ def build_grammar(
         lo_all.append(nlo)
         hi_all.append(nhi)
         depths.append(np.full(len(new), level + 1, np.int32))
-        table = np.concatenate([table, new])
-        table_index = np.concatenate([table_index, new_index])
-        order = np.argsort(table, kind="stable")
-        table, table_index = table[order], table_index[order]
+        at = np.searchsorted(table, new)  # new keys are sorted and absent: merge, no re-sort
+        table = np.insert(table, at, new)
+        table_index = np.insert(table_index, at, new_index)
         idx = np.full((len(frontier), K, 2), -1, np.int64)
         if splits.any():
             idx[splits] = table_index[np.searchsorted(table, cand_keys)]
