@@ -28,7 +28,8 @@ How it is computed
   (per feature, running AND / OR over the rows in sorted order give all its thresholds' children
   at once); the packed keys are merged into a sorted table on the host.  This is
   the memoised recursion keyed on the set of rows of a box, done a level at a time; its size is
-  checked against ``max_boxes`` as it grows (a clear error, never an out-of-memory crash).
+  checked against ``max_boxes`` and the memory budget ``max_bytes`` before every level (a clear
+  error, never an out-of-memory crash).
 * **Duplicate splits** (same two row sets from different candidates) are removed per box, keeping
   the first candidate in (feature, threshold) order as the split's representative.
 * **The DP** (:func:`_scores`) is a jitted JAX program over chunks of boxes.  Without a depth bound
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import jax
@@ -422,7 +424,8 @@ def build_grammar(
     log_phi: float = 2.0,
     max_depth: int | None = None,
     boundary_cut=None,
-    max_boxes: int = 4_000_000,
+    max_boxes: int | None = None,
+    max_bytes: float | None = None,
     grid_bytes: float = 2.0**28,
     where: str = "",
 ) -> BoxGrammar:
@@ -436,7 +439,11 @@ def build_grammar(
     log_phi : ``log φ`` (paper: 2).  max_depth : optional depth bound (see the module notes).
     boundary_cut : list of per-feature raw cut indices of each code boundary (default: codes are
         the raw ranks).
-    max_boxes : refuse (``ValueError``) when the enumeration would exceed this many boxes.
+    max_boxes : refuse (``ValueError``) when the enumeration would exceed this many boxes
+        (default: as many as fit in ``max_bytes``).
+    max_bytes : memory the enumeration may use (default: 30 % of the machine's RAM).  Before each
+        level is expanded its memory is estimated; a level that would not fit is refused with a
+        ``ValueError`` saying how big it is, never an out-of-memory crash.
     grid_bytes : when the table of tight boxes of *every* box of the code grid fits in this many
         bytes (few features: iris, vertebral with 5 buckets), children are found by lookups in it;
         otherwise (e.g. 20 binary features) by the scans of :func:`_expand`.  Same boxes either way.
@@ -455,6 +462,12 @@ def build_grammar(
 
     n_codes = codes.max(axis=0) + 1
     grid = _GridTables(codes, n_codes) if _GridTables.size(n_codes) <= grid_bytes else None
+    if max_bytes is None:
+        max_bytes = 0.3 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # kept per box: left/right/valid, lo/hi, stats, scores (a few layers), table entry
+    per_box = 9 * K + 8 * F + 4 * point_stats.shape[1] + 8 * ((max_depth or 0) + 1) * 2 + 24
+    if max_boxes is None:
+        max_boxes = int(max_bytes // per_box)
 
     lo_all = [codes.min(axis=0)[None]]
     hi_all = [codes.max(axis=0)[None]]
@@ -468,6 +481,15 @@ def build_grammar(
         lo_cat, hi_cat = np.concatenate(lo_all), np.concatenate(hi_all)
         flo, fhi = lo_cat[frontier], hi_cat[frontier]
         splits = (flo[:, cand_feature] <= cand_code) & (cand_code < fhi[:, cand_feature])  # (m, K)
+        v = int(splits.sum())
+        need = n_boxes * per_box + v * (2 * 8 + 4 * 4 * F + 8 * layout.n_words) + splits.size * (8 + 8 * layout.n_words)
+        if need > max_bytes:
+            raise ValueError(
+                f"{where}expanding depth {level + 1} of the tree space needs about {need / 2**30:.1f} GiB "
+                f"({n_boxes:,} boxes so far, {v:,} splits to follow; n={n}, {F} features, {K} split candidates), "
+                f"over the max_bytes={max_bytes / 2**30:.1f} GiB allowed. Bucket the features (n_buckets=, "
+                "e.g. 10 or 5) or bound the depth (max_depth=)."
+            )
         if grid is not None:  # one lookup per child
             s_i, k_i = np.nonzero(splits)
             f_i, t_i = cand_feature[k_i], cand_code[k_i]
@@ -490,8 +512,8 @@ def build_grammar(
                 f"{where}the tree space has more than max_boxes={max_boxes:,} distinct boxes (row sets) "
                 f"already at depth {level + 1} (n={n}, {F} features, {K} split candidates; upper bound "
                 f"{estimate_boxes(codes, max_depth):.3g}). Bucket the features (n_buckets=, e.g. 10 or 5), "
-                "bound the depth (max_depth=) or raise max_boxes if memory allows "
-                f"(about {9 * K + 32} bytes per box)."
+                f"bound the depth (max_depth=) or raise max_boxes if memory allows (about {per_box} bytes "
+                "per box)."
             )
         new_words = split_words.reshape(-1, layout.n_words)[first]
         nlo, nhi = layout.unpack(new_words)
@@ -502,7 +524,7 @@ def build_grammar(
         at = np.searchsorted(table, new)  # new keys are sorted and absent: merge, no re-sort
         table = np.insert(table, at, new)
         table_index = np.insert(table_index, at, new_index)
-        idx = np.full((len(frontier), K, 2), -1, np.int64)
+        idx = np.full((len(frontier), K, 2), -1, np.int32)
         if splits.any():
             idx[splits] = table_index[np.searchsorted(table, cand_keys)]
         children.append((frontier, idx))

@@ -130,6 +130,8 @@ def test_too_many_boxes_is_a_clear_error():
     codes, cuts = pcfg.code_features(X.to_numpy())
     with pytest.raises(ValueError, match="max_boxes=5,000.*n_buckets=.*max_depth="):
         pcfg.build_grammar(codes, LIK.point_stats(y.to_numpy()), LIK, max_boxes=5_000)
+    with pytest.raises(ValueError, match="GiB.*over the max_bytes=.*n_buckets=.*max_depth="):
+        pcfg.build_grammar(codes, LIK.point_stats(y.to_numpy()), LIK, max_bytes=2e6)
 
 
 def test_regression_leaf_marginal_is_the_one_leaf_case_of_cgm():
