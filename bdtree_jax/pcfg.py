@@ -464,8 +464,9 @@ def build_grammar(
     grid = _GridTables(codes, n_codes) if _GridTables.size(n_codes) <= grid_bytes else None
     if max_bytes is None:
         max_bytes = 0.3 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    # kept per box: left/right/valid, lo/hi, stats, scores (a few layers), table entry
-    per_box = 9 * K + 8 * F + 4 * point_stats.shape[1] + 8 * ((max_depth or 0) + 1) * 2 + 24
+    # per box: left/right/valid (9K), the DP's (box, candidate) temporaries (~12K), lo/hi, stats,
+    # score layers and the key table
+    per_box = 21 * K + 8 * F + 4 * point_stats.shape[1] + 8 * ((max_depth or 0) + 1) * 2 + 24
     if max_boxes is None:
         max_boxes = int(max_bytes // per_box)
 
