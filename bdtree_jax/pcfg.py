@@ -231,6 +231,16 @@ def _thermometer(codes: np.ndarray):
     return words.astype(np.uint32), cand_feature, cand_code
 
 
+def _pack(lo, hi, fields, n_words: int):
+    """Pack code ranges ``lo, hi`` (..., F) into (..., n_words) uint32 words (jnp or np)."""
+    xp = jnp if isinstance(lo, jax.Array) else np
+    out = [xp.zeros(lo.shape[:-1], xp.uint32) for _ in range(n_words)]
+    for i, (w, shift, _) in enumerate(fields):
+        v = (lo if i % 2 == 0 else hi)[..., i // 2].astype(xp.uint32)
+        out[w] = out[w] | (v << xp.uint32(shift))
+    return xp.stack(out, axis=-1)
+
+
 class _Layout:
     """Static layout of the enumeration: rows sorted per feature, candidate positions, and how a
     box's code range ``(lo_f, hi_f)`` is packed into ``n_words`` uint32 words (fields never cross
@@ -259,17 +269,19 @@ class _Layout:
                     word, used = word + 1, 0
                 fields.append((word, used, widths[f]))
                 used += widths[f]
-        self.fields = fields  # 2F entries: (word, shift, bits) for lo_0, hi_0, lo_1, ...
+        self.fields = tuple(fields)  # 2F entries: (word, shift, bits) for lo_0, hi_0, lo_1, ...
         self.n_words = word + 1
+        # what the compiled scans depend on besides array shapes (so folds of the same data share
+        # one executable), and the arrays they read
+        self.static = (tuple(int((self.cand_feature == f).sum()) for f in range(F)), self.fields, self.n_words)
+        self.arrays = dict(
+            codes=jnp.asarray(codes), therm=jnp.asarray(self.therm), fmask=jnp.asarray(self.fmask),
+            order=jnp.asarray(np.array(self.order, np.int32).reshape(F, n)), pos=jnp.asarray(self.pos),
+        )
 
     def pack(self, lo, hi):
         """Pack code ranges (..., F) into (..., n_words) uint32 (jnp or np)."""
-        xp = jnp if isinstance(lo, jax.Array) else np
-        out = [xp.zeros(lo.shape[:-1], xp.uint32) for _ in range(self.n_words)]
-        for i, (w, shift, _) in enumerate(self.fields):
-            v = (lo if i % 2 == 0 else hi)[..., i // 2].astype(xp.uint32)
-            out[w] = out[w] | (v << xp.uint32(shift))
-        return xp.stack(out, axis=-1)
+        return _pack(lo, hi, self.fields, self.n_words)
 
     def unpack(self, words: np.ndarray):
         """Inverse of :meth:`pack` on the host: ``(lo, hi)`` (S, F) int32."""
@@ -312,18 +324,19 @@ class _GridTables:
     def __init__(self, codes: np.ndarray, n_codes: np.ndarray):
         F = codes.shape[1]
         dtype = np.int8 if n_codes.max() < 127 else np.int16
+        empty = np.iinfo(dtype).max
         occupied = np.zeros(tuple(n_codes), bool)
         occupied[tuple(codes.T)] = True
         self.n_codes = n_codes
-        cols = []
+        # last axis: (lo_0, -hi_0, lo_1, -hi_1, ...): one minimum over ranges gives both
+        x = np.empty(tuple(n_codes) + (2 * F,), dtype)
         for g in range(F):
             coord = np.arange(n_codes[g]).reshape([-1 if f == g else 1 for f in range(F)])
-            for op, empty in ((np.minimum, np.iinfo(dtype).max), (np.maximum, -1)):
-                x = np.where(occupied, coord, empty).astype(dtype)
-                for f in range(F):
-                    x = _range_reduce(x, f, op)
-                cols.append(x.reshape(-1))
-        self.table = np.stack(cols, axis=1)  # (G, 2F)
+            x[..., 2 * g] = np.where(occupied, coord, empty)
+            x[..., 2 * g + 1] = np.where(occupied, -coord, empty)
+        for f in range(F):
+            x = _range_reduce(x, f, np.minimum)
+        self.table = x.reshape(-1, 2 * F)  # (G, 2F)
         sizes = n_codes * (n_codes + 1) // 2
         self.strides = np.array([int(np.prod(sizes[f + 1:])) for f in range(F)], np.int64)
 
@@ -336,7 +349,7 @@ class _GridTables:
         """Tight ``(lo, hi)`` of the rows in boxes ``[lo, hi]`` (..., F)."""
         idx = (_range_index(lo.astype(np.int64), hi.astype(np.int64), self.n_codes) * self.strides).sum(-1)
         t = self.table[idx].astype(np.int32)
-        return t[..., 0::2], t[..., 1::2]
+        return t[..., 0::2], -t[..., 1::2]
 
 
 def _members(codes, lo, hi):
@@ -348,34 +361,33 @@ def _scan(op, x, reverse):
     return jax.lax.associative_scan(op, x, reverse=reverse, axis=0)
 
 
-@functools.partial(jax.jit, static_argnames=("layout",))
-def _expand(lo, hi, layout: _Layout):
+@functools.partial(jax.jit, static_argnames=("static",))
+def _expand(lo, hi, arrays, static):
     """Packed keys of both children of every candidate for a chunk of boxes ``lo, hi`` (m, F):
     (m, K, 2, n_words) uint32.  Per feature, the rows are scanned in sorted order with running
-    bitwise AND / OR of their thermometer words (prefix: left children; suffix: right children)."""
-    codes = jnp.asarray(layout.codes)
-    therm = jnp.asarray(layout.therm)
-    fmask = jnp.asarray(layout.fmask)
+    bitwise AND / OR of their thermometer words (prefix: left children; suffix: right children).
+    ``arrays`` and ``static`` come from :class:`_Layout`."""
+    per_feature, fields, n_words = static
+    codes, therm, fmask = arrays["codes"], arrays["therm"], arrays["fmask"]
     ones, zero = jnp.uint32(0xFFFFFFFF), jnp.uint32(0)
-    F = layout.codes.shape[1]
 
     def one_box(lo_b, hi_b):
         member = _members(codes, lo_b, hi_b)
-        sides = []
-        for f in range(F):
-            ks = np.flatnonzero(layout.cand_feature == f)
-            if len(ks) == 0:
+        sides, offset = [], 0
+        for f, k_f in enumerate(per_feature):
+            if k_f == 0:
                 continue
-            o = layout.order[f]
+            o = arrays["order"][f]
             m, t = member[o][:, None], therm[o]
             a_in, o_in = jnp.where(m, t, ones), jnp.where(m, t, zero)
-            pos = layout.pos[ks]
+            pos = arrays["pos"][offset : offset + k_f]
+            offset += k_f
             left = (_scan(jnp.bitwise_and, a_in, False)[pos], _scan(jnp.bitwise_or, o_in, False)[pos])
             right = (_scan(jnp.bitwise_and, a_in, True)[pos + 1], _scan(jnp.bitwise_or, o_in, True)[pos + 1])
             sides.append(jnp.stack([jnp.stack(left, 1), jnp.stack(right, 1)], 1))  # (K_f, 2, 2, W)
         words = jnp.concatenate(sides)  # (K, 2 sides, AND/OR, W)
         counts = jax.lax.population_count(words[..., None, :] & fmask).sum(-1).astype(jnp.int32)  # (K, 2, 2, F)
-        return layout.pack(counts[:, :, 0], counts[:, :, 1])
+        return _pack(counts[:, :, 0], counts[:, :, 1], fields, n_words)
 
     return jax.vmap(one_box)(lo, hi)
 
@@ -466,7 +478,8 @@ def build_grammar(
         max_bytes = 0.3 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # per box: left/right/valid (9K), the DP's (box, candidate) temporaries (~12K), lo/hi, stats,
     # score layers and the key table
-    per_box = 21 * K + 8 * F + 4 * point_stats.shape[1] + 8 * ((max_depth or 0) + 1) * 2 + 24
+    # (x3: the measured peak RSS per box was 2.4-2.8x the sum of the arrays)
+    per_box = 3 * (21 * K + 8 * F + 4 * point_stats.shape[1] + 8 * ((max_depth or 0) + 1) * 2 + 24)
     if max_boxes is None:
         max_boxes = int(max_bytes // per_box)
 
@@ -502,7 +515,7 @@ def build_grammar(
             clo, chi = grid.tight(np.stack([llo, rlo], 1), np.stack([lhi, rhi], 1))  # (v, 2, F)
             split_words = layout.pack(clo, chi)  # (v, 2, Wk)
         else:
-            split_words = _padded(lambda a, b: _expand(a, b, layout), (flo, fhi), chunk)[splits]
+            split_words = _padded(lambda a, b: _expand(a, b, layout.arrays, layout.static), (flo, fhi), chunk)[splits]
         cand_keys = layout.host_key(split_words)  # (v, 2)
         new, first = np.unique(cand_keys.ravel(), return_index=True)
         pos = np.searchsorted(table, new)
