@@ -755,11 +755,17 @@ def sample_trees(g: BoxGrammar, key, num_samples: int, *, where: str = ""):
     log_lik : (num_samples,) log marginal likelihood of each draw (sum of its leaves' ``log L``).
     n_leaves : (num_samples,) int.
     """
+    if num_samples == 0:
+        N = n_nodes(g.heap_depth)
+        empty = Tree(np.zeros((0, N), bool), np.zeros((0, N), np.int32), np.zeros((0, N), np.int32))
+        return empty, np.zeros(0, np.float32), np.zeros(0, np.int64)
     trees, box, truncated = _descend(g, key, num_samples, "sample")
     if truncated.any():
         raise ValueError(
             f"{where}{truncated.mean():.2%} of the posterior draws are deeper than {g.heap_depth} levels, the "
-            "deepest tree stored; pass max_depth= to bound the depth (it conditions the prior on depth <= max_depth)."
+            "deepest tree that can be stored (the unbounded prior puts real mass on deep trees). Either pass "
+            "num_samples=0: the exact MAP tree, predictive, log_prob and path sampling need no draws; or pass "
+            "max_depth= (it conditions the prior on depth <= max_depth)."
         )
     return (trees, *_leaf_summary(g, trees, box))
 

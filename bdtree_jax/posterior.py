@@ -418,7 +418,9 @@ class Posterior(_DrawSummaries):
 class PCFGPosterior(Posterior):
     """Exact BCART-PCFG draws (independent; ``stats["accepted"]`` is all True and there is no
     warm-up) plus the box grammar they were drawn from, which answers exactly what draws only
-    estimate.
+    estimate: ``predict`` / ``predict_proba`` are the exact posterior predictive over all trees,
+    ``map_tree`` the exact MAP tree.  With ``num_samples=0`` there are no draws (the grammar alone;
+    what needs draws — ``predict_draws``, ``to_arviz``, intervals — is then unavailable).
 
     Extra attributes
     ----------------
@@ -429,6 +431,19 @@ class PCFGPosterior(Posterior):
 
     grammar: Any = None
     boundary_thresholds: Any = None
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, K) exact posterior class probabilities over all trees (:meth:`predictive`; the
+        draws' average is ``predict_draws(X).mean(0)``)."""
+        self._require("classification", "predict_proba")
+        return self.predictive(X)
+
+    def predict(self, X) -> np.ndarray:
+        """Exact posterior prediction over all trees: the most probable class, or the mean."""
+        mean = self.predictive(X)
+        if self.task == "classification":
+            return self.classes[np.argmax(mean, axis=1)]
+        return mean[:, 0]
 
     def _codes(self, X) -> np.ndarray:
         X, _ = check_X(X, name="X")

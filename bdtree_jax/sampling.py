@@ -403,8 +403,9 @@ def sample(
     if method not in METHODS:
         raise ValueError(f"{where}unknown method {method!r}; available: {METHODS}.")
     for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples), ("num_chains", num_chains)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (0 if name == "num_warmup" else 1):
-            raise ValueError(f"{where}{name} must be an integer >= {0 if name == 'num_warmup' else 1}; got {v!r}.")
+        low = 0 if name == "num_warmup" or (name == "num_samples" and method == "pcfg") else 1
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
+            raise ValueError(f"{where}{name} must be an integer >= {low}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
     if method == "pcfg":
@@ -545,12 +546,14 @@ def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_mov
     )
     seconds_grammar = time.perf_counter() - t0
     key = jax.random.key(seed)
+    if num_samples == 0:  # the grammar alone: exact MAP tree, predictive, log_prob, paths
+        num_chains = 1
     chains = [pcfg.sample_trees(grammar, jax.random.fold_in(key, c), num_samples, where=where) for c in range(num_chains)]
     trees = Tree(*(np.stack([ch[0][i] for ch in chains]) for i in range(3)))
     log_lik = np.stack([ch[1] for ch in chains]).astype(np.float32)
     leaves = np.stack([ch[2] for ch in chains]).astype(np.int32)
     flat = Tree(*(jnp.asarray(a.reshape(-1, a.shape[-1])) for a in trees))
-    depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(leaves.shape).astype(np.int32)
+    depth = (np.asarray(jax.vmap(tree_depth)(flat)) if num_samples else np.zeros(0)).reshape(leaves.shape).astype(np.int32)
     stats = dict(
         log_lik=log_lik, log_prior=(-float(log_phi) * leaves).astype(np.float32), n_leaves=leaves, depth=depth,
         accepted=np.ones(leaves.shape, bool), move=np.zeros(leaves.shape, np.int32),

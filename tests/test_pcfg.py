@@ -157,7 +157,7 @@ def test_classifier_finds_the_papers_iris_tree(iris_fit):
     assert post.log_prob(map_tree) >= post.stats["log_posterior"].max() + post.grammar.log_phi - post.grammar.log_q[-1, 0] - 1e-4
     exact_acc = (post.classes[post.predictive(X).argmax(1)] == y).mean()
     assert exact_acc >= 0.95 and clf.score(X, y) >= 0.95
-    np.testing.assert_allclose(post.predict_proba(X), post.predictive(X), atol=0.05)  # 600 draws
+    np.testing.assert_allclose(post.predict_draws(X).mean(0), post.predictive(X), atol=0.05)  # 600 draws
     assert "posterior" in post.to_arviz().groups()
 
 
@@ -207,3 +207,12 @@ def test_cli_reports_exact_scores(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["map_tree_nodes"] == 7 and metrics["test_accuracy_exact_predictive"] > 0.9
     assert abs(metrics["test_accuracy_pooled"] - metrics["test_accuracy_exact_predictive"]) <= 0.05
+
+
+def test_without_draws_the_grammar_answers_exactly():
+    X, y = _tiny()
+    post = bd.sample(X, y, method="pcfg", max_depth=None, log_phi=LOG_PHI, num_samples=0)
+    assert post.num_draws == 0
+    probs = exact.enumerate_pcfg_posterior(X, LIK.point_stats(y), LIK, log_phi=LOG_PHI)
+    assert to_string(post.map_tree(), make_split_grid(X).thresholds) == max(probs, key=probs.get)
+    np.testing.assert_allclose(post.predict_proba(X).sum(1), 1.0, rtol=1e-5)
