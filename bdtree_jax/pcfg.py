@@ -398,22 +398,13 @@ def _box_stats(lo, hi, codes, point_stats):
     return jax.vmap(lambda a, b: _members(codes, a, b).astype(point_stats.dtype) @ point_stats)(lo, hi)
 
 
-def _chunks(n: int, size: int):
-    for s in range(0, n, size):
-        yield s, min(n, s + size)
-
-
 def _padded(fn, arrays, size: int):
-    """Apply a jitted ``fn(*chunks)`` over the leading axis of ``arrays`` in fixed-size chunks (the
-    last padded with its first row, so it compiles once); outputs concatenated."""
+    """``fn(*chunks)`` (jitted) over the leading axis of ``arrays`` in fixed-size chunks, one
+    compile: the posterior's :func:`~bdtree_jax.posterior._over_draws` over row indices."""
+    from .posterior import _over_draws
+
     n = arrays[0].shape[0]
-    outs = []
-    for s, e in _chunks(n, size):
-        chunk = [a[s:e] for a in arrays]
-        if e - s < size:
-            chunk = [np.concatenate([c, np.repeat(c[:1], size - (e - s), axis=0)]) for c in chunk]
-        outs.append(np.asarray(fn(*(jnp.asarray(c) for c in chunk)))[: e - s])
-    return np.concatenate(outs)
+    return _over_draws(lambda _, chunk: fn(*chunk), tuple(arrays), np.arange(n), size)
 
 
 def estimate_boxes(codes: np.ndarray, max_depth=None) -> float:

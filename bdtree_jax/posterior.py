@@ -425,12 +425,9 @@ class PCFGPosterior(Posterior):
     Extra attributes
     ----------------
     grammar : :class:`~bdtree_jax.pcfg.BoxGrammar`.
-    boundary_thresholds : list of (B_f - 1,) arrays: raw thresholds of every code boundary
-        (with bucketing, the splits the prior allows).
     """
 
     grammar: Any = None
-    boundary_thresholds: Any = None
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) exact posterior class probabilities over all trees (:meth:`predictive`; the
@@ -445,11 +442,20 @@ class PCFGPosterior(Posterior):
             return self.classes[np.argmax(mean, axis=1)]
         return mean[:, 0]
 
+    @property
+    def boundary_thresholds(self) -> list:
+        """Per feature, the raw thresholds of its code boundaries, (B_f - 1,) each (with
+        bucketing: the only splits the prior allows)."""
+        g = self.grammar
+        return [self.grid.thresholds[f, g.cand_cut[g.cand_feature == f]] for f in range(g.n_features)]
+
     def _codes(self, X) -> np.ndarray:
-        X, _ = check_X(X, name="X")
-        self._bins(X)  # shape and feature-name checks
+        """Codes (n, F) of new rows: ``code <= t`` iff ``bin <= cand_cut[t]``, so the code is the
+        number of the feature's boundary cuts below the row's bin."""
+        bins, g = self._bins(X), self.grammar
         return np.stack(
-            [np.searchsorted(t, X[:, f], side="left") for f, t in enumerate(self.boundary_thresholds)], axis=1
+            [np.searchsorted(g.cand_cut[g.cand_feature == f], bins[:, f], side="left") for f in range(g.n_features)],
+            axis=1,
         ).astype(np.int32)
 
     def map_tree(self) -> Tree:

@@ -564,7 +564,4 @@ def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_mov
     seconds = time.perf_counter() - t0
     info = dict(seed=seed, num_samples=num_samples, seconds=seconds, seconds_grammar=seconds_grammar,
                 n_boxes=grammar.n_boxes, log_phi=float(log_phi), max_depth=max_depth, n_buckets=n_buckets)
-    return PCFGPosterior(
-        trees=trees, stats=stats, warmup_stats=warm, method="pcfg", info=info, grammar=grammar,
-        boundary_thresholds=[model["grid"].thresholds[f, bc] for f, bc in enumerate(boundary_cut)], **model,
-    )
+    return PCFGPosterior(trees=trees, stats=stats, warmup_stats=warm, method="pcfg", info=info, grammar=grammar, **model)
