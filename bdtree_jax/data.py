@@ -49,6 +49,10 @@ class TreeData(NamedTuple):
         ``max_depth`` (numbers, not structure: changing alpha or beta does not recompile).
     likelihood : DirichletMultinomial or NormalMeanShift (a pytree; see
         :mod:`bdtree_jax.likelihoods`).
+    box_side : (K, F, C) int8 or None
+        Box constraints of the prior (:func:`bdtree_jax.priors.box_sides`): for box ``k`` and the
+        cut ``c`` of feature ``f``, 0 if the box lies left of the cut, 1 right, 2 if the cut goes
+        through it (a tree with that rule at a node holding the box has prior 0).
     """
 
     bins: Array
@@ -57,6 +61,7 @@ class TreeData(NamedTuple):
     sorted_index: Array
     split_prob: Array
     likelihood: object
+    box_side: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +107,7 @@ def make_split_grid(X: np.ndarray) -> SplitGrid:
     return SplitGrid(thresholds, np.array([len(c) for c in cuts]))
 
 
-def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
+def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None) -> TreeData:
     """Assemble :class:`TreeData`.
 
     Parameters
@@ -111,6 +116,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
     y : (n,) class codes ``0..K-1`` or real responses (passed to ``likelihood.point_stats``).
     prior : TreePrior
     likelihood : DirichletMultinomial or NormalMeanShift
+    box_side : (K, F, C) int8 box constraints (:func:`bdtree_jax.priors.box_sides`), or None.
     """
     import jax.numpy as jnp
 
@@ -128,6 +134,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood) -> TreeData:
         jnp.asarray(order),
         jnp.asarray(split_probability(prior)),
         likelihood.prepare(bins.shape[0]),
+        None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
     )
 
 

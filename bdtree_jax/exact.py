@@ -55,7 +55,20 @@ def _total_log_lik(lik, leaves) -> float:
     return float(const + r - 0.5 * (n + lik.nu) * math.log(q + lik.nu * lik.lam))
 
 
-def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[str, float, float]]:
+def _box_arrays(boxes, n_features: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``{feature: (low, high)}`` dicts (integer or ``"x{f}"`` keys) as (low, high) arrays."""
+    out = []
+    for box in boxes or []:
+        low, high = np.full(n_features, -np.inf), np.full(n_features, np.inf)
+        for key, (a, b) in box.items():
+            f = int(key[1:]) if isinstance(key, str) else int(key)
+            low[f] = -np.inf if a is None else a
+            high[f] = np.inf if b is None else b
+        out.append((low, high))
+    return out
+
+
+def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None) -> list[tuple[str, float, float]]:
     """Every tree with positive prior mass as ``(string, log_prior, log_lik)``.
 
     Parameters
@@ -64,6 +77,9 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[
     point_stats : (n, S) rows of ``likelihood.point_stats(y)``.
     prior : TreePrior
     likelihood : DirichletMultinomial or NormalMeanShift
+    boxes : box constraints (``{feature: (low, high)}`` dicts, integer or ``"x{f}"`` keys): trees
+        with a rule whose threshold lies strictly inside a box held by its node are left out, and
+        ``log_prior`` is the unconstrained prior's (renormalise over the returned trees).
 
     Returns
     -------
@@ -74,8 +90,11 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[
     point_stats = np.asarray(point_stats, float)
     m = prior.min_leaf_size
 
-    def trees(rows: np.ndarray, depth: int):
-        """List of (string, log_prior, [leaf terms]) for the subtree on ``rows``."""
+    box_list = _box_arrays(boxes, bins.shape[1])
+
+    def trees(rows: np.ndarray, depth: int, held=tuple(range(len(box_list)))):
+        """List of (string, log_prior, [leaf terms]) for the subtree on ``rows``; ``held``: the
+        boxes inside this node's region."""
         options = {f: _valid_cuts(bins[rows, f], m) for f in range(bins.shape[1])}
         options = {f: c for f, c in options.items() if c}
         leaf = _leaf_terms(likelihood, point_stats[rows].sum(0))
@@ -85,11 +104,16 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[
         out = [("L", math.log1p(-p), [leaf])]
         for f, cuts in options.items():
             for c in cuts:
+                t = grid.thresholds[f, c]
+                if any(box_list[k][0][f] < t < box_list[k][1][f] for k in held):
+                    continue  # the rule cuts a box: prior 0
+                held_left = tuple(k for k in held if box_list[k][1][f] <= t)
+                held_right = tuple(k for k in held if box_list[k][0][f] >= t)
                 left = rows[bins[rows, f] <= c]
                 right = rows[bins[rows, f] > c]
                 lp_rule = math.log(p) - math.log(len(options)) - math.log(len(cuts))
-                for ls, llp, lleaves in trees(left, depth + 1):
-                    for rs, rlp, rleaves in trees(right, depth + 1):
+                for ls, llp, lleaves in trees(left, depth + 1, held_left):
+                    for rs, rlp, rleaves in trees(right, depth + 1, held_right):
                         text = f"x{f}<={_fmt(grid.thresholds[f, c])}({ls},{rs})"
                         out.append((text, lp_rule + llp + rlp, lleaves + rleaves))
         return out
@@ -97,15 +121,16 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood) -> list[tuple[
     return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in trees(np.arange(bins.shape[0]), 0)]
 
 
-def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0) -> dict[str, float]:
+def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0, boxes=None) -> dict[str, float]:
     """Exact posterior ``p(T | X, Y) ∝ p(T) p(Y | X, T)**beta`` over every tree (see
-    :func:`enumerate_trees`); ``beta`` is an inverse temperature (1 = the posterior).
+    :func:`enumerate_trees`); ``beta`` is an inverse temperature (1 = the posterior); ``boxes``
+    conditions the prior on the box constraints.
 
     Returns
     -------
     dict mapping :func:`bdtree_jax.tree.to_string` strings to probabilities (summing to 1).
     """
-    all_trees = enumerate_trees(X, point_stats, prior, likelihood)
+    all_trees = enumerate_trees(X, point_stats, prior, likelihood, boxes=boxes)
     log_post = np.array([lp + beta * ll for _, lp, ll in all_trees])
     probs = np.exp(log_post - logsumexp(log_post))
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}

@@ -144,6 +144,19 @@ class _DrawSummaries:
     def acceptance_rate(self) -> float:
         return float(np.mean(self.stats["accepted"]))
 
+    def swap_rates(self, *, include_warmup: bool = True) -> np.ndarray:
+        """Tempered runs: (R, R) acceptance rate of the swaps proposed between rungs ``i < j``
+        (rung 0 is the cold chain; NaN where never proposed)."""
+        if "swap_pair" not in self.stats:
+            raise ValueError("swap_rates needs a tempered run (n_temperatures > 1).")
+        from .kernels.tempering import swap_rates
+
+        pair, acc = self.stats["swap_pair"], self.stats["swap_accepted"]
+        if include_warmup and "swap_pair" in self.warmup_stats:
+            pair = np.concatenate([self.warmup_stats["swap_pair"], pair], axis=1)
+            acc = np.concatenate([self.warmup_stats["swap_accepted"], acc], axis=1)
+        return swap_rates(pair, acc, len(self.info.get("betas", ())) or int(np.sqrt(pair.max() + 1)) + 1)
+
     def summary(self) -> dict:
         """Scalar summaries: mean leaves, depth, acceptance, distinct trees visited."""
         return dict(
@@ -373,6 +386,7 @@ class Posterior(_DrawSummaries):
             "log_prior": kept("log_prior"),
             "accepted": kept("accepted"),
             "move": kept("move"),
+            **{k: kept(k) for k in ("swap_pair", "swap_accepted", "regrow_accepted") if k in self.stats},
         }
         groups = {"posterior": posterior, "sample_stats": sample_stats}
         dims = {}
@@ -499,9 +513,10 @@ class PCFGPosterior(Posterior):
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
     """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
     trees = Tree(*(np.asarray(a[:, num_warmup:]).astype(np.int32 if a.dtype != bool else bool) for a in traces["tree"]))
-    stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in _SCALARS}
+    names = [k for k in traces if k != "tree"]  # _SCALARS and kernel extras (e.g. swap statistics)
+    stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in names}
     stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
-    warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in _SCALARS}
+    warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in names}
     warm["log_posterior"] = warm["log_lik"] + warm["log_prior"]
     return Posterior(trees=trees, stats=stats, warmup_stats=warm, **model)
 

@@ -21,9 +21,12 @@ import numpy as np
 
 from ._types import Array
 from .data import TreeData
-from .tree import Tree, active_nodes, leaf_index, max_depth_of, node_depths
+from .tree import Tree, active_nodes, leaf_index, leaf_nodes, max_depth_of, node_depths
 
-__all__ = ["TreePrior", "mask_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability"]
+__all__ = [
+    "TreePrior", "mask_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
+    "violates_boxes", "regrow_subtree",
+]
 
 _BIG = np.int32(2**30)
 
@@ -151,13 +154,19 @@ def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
     return jnp.any(hi > lo, axis=-1) & (split_prob > 0)
 
 
-def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array) -> Array:
-    """log p(T) under the truncated CGM98 prior; ``-inf`` if a rule is invalid for its node.
+def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, box_side: Array | None = None) -> Array:
+    """log p(T) under the truncated CGM98 prior; ``-inf`` if a rule is invalid for its node or
+    (with ``box_side``) the tree cuts through a constrained box.
+
+    With box constraints the prior is the CGM98 prior *conditioned* on no box being cut:
+    ``p(T | boxes) = p(T) 1[T respects the boxes] / Z``.  The value returned omits ``log Z``
+    (a constant), so it is exact for every MH ratio.
 
     Parameters
     ----------
     lo, hi : (N, F) int32 node bounds of this tree (:func:`node_bounds`).
     split_prob : (N,) :func:`split_probability` of the prior.
+    box_side : (K, F, C) int8 from :func:`box_sides`, or None.
     """
     active = active_nodes(tree)
     p = split_prob
@@ -168,4 +177,154 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array) -> Array
     internal = jnp.where(can, internal, -jnp.inf)
     leaf = jnp.log1p(-p_eff)
     terms = jnp.where(tree.is_split, internal, leaf)
-    return jnp.sum(jnp.where(active, terms, 0.0))
+    log_p = jnp.sum(jnp.where(active, terms, 0.0))
+    if box_side is not None:
+        log_p = jnp.where(violates_boxes(tree, box_side), -jnp.inf, log_p)
+    return log_p
+
+
+# ----------------------------------------------------------------------------------------------
+# Box constraints (Angelopoulos & Cussens 2005): regions declared to have a constant class
+# distribution, so no tree may split inside them.
+
+
+def box_sides(boxes, thresholds: np.ndarray, feature_names=None, *, where: str = "") -> np.ndarray:
+    """Encode box constraints against the split grid.
+
+    Parameters
+    ----------
+    boxes : list of dicts ``{feature: (low, high)}``; a feature is a column name (from
+        ``feature_names``) or an integer index; features not named are unbounded.  ``low`` /
+        ``high`` may be ``-inf`` / ``inf`` (or None).
+    thresholds : (F, C) candidate thresholds (:class:`~bdtree_jax.data.SplitGrid`).
+    feature_names : list of str, optional.
+
+    Returns
+    -------
+    (K, F, C) int8: 0 if box ``k`` lies left of threshold ``c`` of feature ``f``
+    (``high <= t``), 1 if right (``low >= t``), 2 if the threshold cuts through it.
+    """
+    thresholds = np.asarray(thresholds, float)
+    F = thresholds.shape[0]
+    names = list(feature_names) if feature_names is not None else [f"x{f}" for f in range(F)]
+    if isinstance(boxes, dict):
+        boxes = [boxes]
+    if not isinstance(boxes, (list, tuple)):
+        raise ValueError(f"{where}box_constraints must be a list of dicts {{feature: (low, high)}}; got {type(boxes).__name__}.")
+    low = np.full((len(boxes), F), -np.inf)
+    high = np.full((len(boxes), F), np.inf)
+    for k, box in enumerate(boxes):
+        if not isinstance(box, dict) or not box:
+            raise ValueError(f"{where}box_constraints[{k}] must be a non-empty dict {{feature: (low, high)}}; got {box!r}.")
+        for feat, bounds in box.items():
+            if isinstance(feat, (int, np.integer)) and not isinstance(feat, bool):
+                if not 0 <= feat < F:
+                    raise ValueError(f"{where}box_constraints[{k}]: feature index {feat} is out of range (X has {F} features).")
+                f = int(feat)
+            elif isinstance(feat, str) and feat in names:
+                f = names.index(feat)
+            else:
+                raise ValueError(f"{where}box_constraints[{k}]: unknown feature {feat!r}; features are {names}.")
+            try:
+                a, b = bounds
+                a = -np.inf if a is None else float(a)
+                b = np.inf if b is None else float(b)
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}box_constraints[{k}][{feat!r}] must be a pair (low, high) of numbers; got {bounds!r}.") from None
+            if np.isnan(a) or np.isnan(b) or not a < b:
+                raise ValueError(f"{where}box_constraints[{k}][{feat!r}] needs low < high; got ({a}, {b}).")
+            low[k, f], high[k, f] = a, b
+    t = thresholds[None]
+    side = np.where(high[:, :, None] <= t, 0, np.where(low[:, :, None] >= t, 1, 2))
+    return side.astype(np.int8)
+
+
+def violates_boxes(tree: Tree, box_side: Array) -> Array:
+    """() bool: some box is cut by a rule of a node whose region holds it.
+
+    Each box starts at the root and follows the side it lies on at every split (a box never
+    cut stays inside one node per level and ends inside one leaf)."""
+    depth = max_depth_of(tree)
+    tree = Tree(*(jnp.asarray(a) for a in tree))
+
+    def one(side):  # side: (F, C)
+        node, bad = jnp.int32(0), jnp.bool_(False)
+        for _ in range(depth):
+            split = tree.is_split[node]
+            s = side[tree.feature[node], tree.cut[node]]
+            bad = bad | (split & (s == 2))
+            node = jnp.where(split, 2 * node + 1 + jnp.minimum(s, 1).astype(jnp.int32), node)
+        return bad
+
+    return jnp.any(jax.vmap(one)(box_side))
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation from the prior below a node (prune-and-regrow proposals, prior checks).
+
+
+def regrow_subtree(tree: Tree, leaf_id: Array, node: Array, uniforms: Array, data, min_leaf_size: int):
+    """Replace the subtree at ``node`` by a draw from the prior given the rows reaching ``node``.
+
+    The draw follows the prior's generative process level by level: an active leaf of the new
+    subtree at depth ``d`` splits with probability ``split_prob`` if it has a valid cut, with a
+    rule from ``p_rule`` (uniform valid feature, then uniform valid cut).  The probability of the
+    drawn subtree is therefore the product of the prior's factors of its nodes, which (as those
+    factors depend only on each node's rows) is ``p(T') / p(T' outside the subtree)``.  Box
+    constraints are *not* applied here (the MH step rejects a violating tree).
+
+    Parameters
+    ----------
+    tree : Tree (N,) arrays; leaf_id : (n,) int32 leaf of every row.
+    node : () int32 heap index of the regrown subtree's root (must be active).
+    uniforms : (N, 3) float32 in [0, 1): per heap slot (split?, feature, cut).
+
+    Returns
+    -------
+    tree, leaf_id of the new tree.
+    """
+    depth = max_depth_of(tree)
+    n_nodes = tree.is_split.shape[0]
+    depths = jnp.asarray(node_depths(depth))
+    # heap slots in node's subtree: ancestor of slot at node's depth equals node
+    d0 = depths[node]
+    slots = jnp.arange(n_nodes)
+    in_sub = (depths >= d0) & ((((slots + 1) >> jnp.maximum(depths - d0, 0)) - 1) == node)
+    tree = Tree(tree.is_split & ~in_sub, jnp.where(in_sub, 0, tree.feature), jnp.where(in_sub, 0, tree.cut))
+    row_depth = depths[leaf_id]
+    leaf_id = jnp.where(in_sub[leaf_id], ((leaf_id + 1) >> jnp.maximum(row_depth - d0, 0)) - 1, leaf_id).astype(jnp.int32)
+    flat = data.bins.reshape(-1)
+    row_offset = jnp.arange(data.bins.shape[0], dtype=jnp.int32) * data.bins.shape[1]
+    for level in range(depth):
+        # only the slots of this level can grow now; their rows are exactly the rows whose
+        # leaf is the slot (deeper levels of the subtree are still empty)
+        first, count = 2**level - 1, 2**level
+        slots = jnp.arange(first, first + count)
+        if min_leaf_size == 1:
+            lo = jax.ops.segment_min(data.bins, leaf_id - first, num_segments=count)
+            hi = jax.ops.segment_max(data.bins, leaf_id - first, num_segments=count)
+            empty = lo > hi
+            lo, hi = jnp.where(empty, 0, lo), jnp.where(empty, 0, hi)
+        else:
+            lo, hi = jax.vmap(lambda s: mask_bounds(leaf_id == s, data, min_leaf_size))(slots)
+        p = data.split_prob[first : first + count]
+        can = jnp.any(hi > lo, axis=-1) & (p > 0)
+        is_leaf = leaf_nodes(tree)[first : first + count]
+        grow_here = in_sub[first : first + count] & is_leaf & can & (uniforms[first : first + count, 0] < p)
+        width = jnp.maximum(hi - lo, 0)
+        counts = jnp.cumsum((width > 0).astype(jnp.int32), axis=1)  # (count, F)
+        k = jnp.floor(uniforms[first : first + count, 1] * counts[:, -1]).astype(jnp.int32)
+        feature = jnp.argmax(counts > k[:, None], axis=1).astype(jnp.int32)
+        w = jnp.take_along_axis(width, feature[:, None], axis=1)[:, 0]
+        lo_f = jnp.take_along_axis(lo, feature[:, None], axis=1)[:, 0]
+        cut = jnp.minimum(lo_f + jnp.floor(uniforms[first : first + count, 2] * w).astype(jnp.int32), lo_f + w - 1)
+        tree = Tree(
+            tree.is_split.at[slots].set(tree.is_split[slots] | grow_here),
+            tree.feature.at[slots].set(jnp.where(grow_here, feature, tree.feature[slots]).astype(tree.feature.dtype)),
+            tree.cut.at[slots].set(jnp.where(grow_here, cut, tree.cut[slots]).astype(tree.cut.dtype)),
+        )
+        at_level = (leaf_id >= first) & (leaf_id < first + count)
+        moves = at_level & grow_here[jnp.clip(leaf_id - first, 0, count - 1)]
+        right = flat[row_offset + tree.feature[leaf_id]] > tree.cut[leaf_id]
+        leaf_id = jnp.where(moves, 2 * leaf_id + 1 + right.astype(jnp.int32), leaf_id)
+    return tree, leaf_id

@@ -262,10 +262,17 @@ TASKS = ("classification", "regression")
 CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
 
 
-def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None):
-    """The CGM kernel's static config and :class:`SamplingAlgorithm` for a built model, tuned for
-    how chains will run (``chain_method``; default: as :func:`run_chains` picks it)."""
-    from .kernels import cgm as cgm_kernel
+PROPOSALS = ("cgm", "regrow", "cgm+regrow")
+
+
+def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,)):
+    """The hard-tree MH kernel's static config and :class:`SamplingAlgorithm` for a built model,
+    tuned for how chains will run (``chain_method``; default: as :func:`run_chains` picks it).
+
+    ``proposal``: CGM's grow/prune/change/swap, prune-and-regrow, or one of each per iteration;
+    ``betas``: a tempering ladder (more than one rung wraps the kernel in
+    :func:`~bdtree_jax.kernels.tempering.tempered`)."""
+    from .kernels import cgm as cgm_kernel, regrow as regrow_kernel, tempering
 
     if chain_method is None:
         chain_method = _default_chain_method(chain_devices(1))
@@ -273,13 +280,23 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None):
         model["prior"], move_probs, n_features=data.bins.shape[1], n_cuts=int(model["grid"].n_cuts.max()),
         incremental=chain_method == "sequential",
     )
-    return config, cgm_kernel.cgm(config)
+    regrow_config = regrow_kernel.RegrowConfig(config.max_depth, config.min_leaf_size, config.trace_dtypes)
+    if proposal == "cgm":
+        algorithm = cgm_kernel.cgm(config)
+    elif proposal == "regrow":
+        algorithm = regrow_kernel.regrow(regrow_config)
+    else:
+        algorithm = regrow_kernel.with_regrow(config)
+    if len(betas) > 1:
+        algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+    return (config, regrow_config, proposal, tuple(betas)), algorithm
 
 
-def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where):
+def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where,
+                 box_constraints=None):
     from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
     from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
-    from .priors import TreePrior
+    from .priors import TreePrior, box_sides
 
     if task not in TASKS:
         raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
@@ -307,9 +324,12 @@ def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentra
         train_y = yv.astype(np.float32)
     grid = make_split_grid(X)
     bins = grid.bin(X)
-    data = make_tree_data(bins, train_y, prior, likelihood)
-    point_stats = np.asarray(data.point_stats)
     names = names if names is not None else [f"x{f}" for f in range(X.shape[1])]
+    box_side = None
+    if box_constraints is not None:
+        box_side = box_sides(box_constraints, grid.thresholds, names, where=where)
+    data = make_tree_data(bins, train_y, prior, likelihood, box_side=box_side)
+    point_stats = np.asarray(data.point_stats)
     model = dict(
         grid=grid, likelihood=likelihood, prior=prior, task=task, classes=classes,
         feature_names=names, train_bins=bins, train_stats=point_stats, train_y=train_y,
@@ -347,6 +367,10 @@ def sample(
     warmup_move_probs: tuple | None = None,
     log_phi: float = 2.0,
     n_buckets=None,
+    proposal: str = "cgm",
+    n_temperatures: int = 1,
+    delta_t: float = 0.2,
+    box_constraints=None,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -382,6 +406,16 @@ def sample(
         ``None``: unbounded); no warm-up is needed (``num_warmup`` is ignored).
     n_buckets : PCFG: None, or an int (or one per feature): features with more distinct values are
         cut into that many equal-frequency buckets before the boxes are enumerated (paper: 10).
+    proposal : method="cgm": "cgm" (grow / prune / change / swap), "regrow" (prune a uniformly
+        chosen node's subtree and regrow it from the prior; :mod:`bdtree_jax.kernels.regrow`) or
+        "cgm+regrow" (one of each per iteration).
+    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC, method="cgm"): ``n_temperatures``
+        rungs with inverse temperatures ``1 / (1 + delta_t * i)``; a swap between two random rungs
+        is proposed after every iteration and only the cold rung is kept.  1 = off.
+    box_constraints : method="cgm": regions of feature space declared to have a constant response
+        distribution, as a list of dicts ``{feature: (low, high)}`` (column name or index; ``None``
+        or ``±inf`` for an open side).  The prior is conditioned on no rule cutting through a box
+        (every box lies inside one leaf).
 
     Returns
     -------
@@ -408,6 +442,11 @@ def sample(
             raise ValueError(f"{where}{name} must be an integer >= {low}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
+    if method != "cgm":
+        for name, v, default in (("proposal", proposal, "cgm"), ("n_temperatures", n_temperatures, 1),
+                                 ("box_constraints", box_constraints, None)):
+            if v != default:
+                raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
     if method == "pcfg":
         return _sample_pcfg(
             X, y, task=task, max_depth=max_depth, min_leaf_size=min_leaf_size, move_probs=move_probs,
@@ -425,12 +464,21 @@ def sample(
         )
     if warmup_move_probs is not None:
         raise ValueError(f"{where}warmup_move_probs is an RJHMC option; method={method!r} does not use it.")
+    from .kernels.tempering import ladder
+
+    if proposal not in PROPOSALS:
+        raise ValueError(f"{where}proposal must be one of {PROPOSALS}; got {proposal!r}.")
+    try:
+        betas = ladder(n_temperatures, delta_t)
+    except ValueError as e:
+        raise ValueError(where + str(e)) from None
     move_probs = CGM_MOVE_PROBS if move_probs is None else move_probs
     data, model = _build_model(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
+        box_constraints=box_constraints,
     )
-    config, algorithm = _build_algorithm(data, model, move_probs)
+    config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
@@ -438,7 +486,8 @@ def sample(
         checkpoint=checkpoint, fingerprint=(method, config, model["prior"]), description=method,
     )
     seconds = time.perf_counter() - t0
-    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))
+    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config),
+                proposal=proposal, betas=betas, box_constraints=box_constraints)
     return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)
 
 

@@ -142,7 +142,7 @@ class CGMInfo(NamedTuple):
 def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta) -> CGMState:
     """Complete a state from its cached statistics (no pass over the data)."""
     log_lik = data.likelihood.log_lik(stats, leaf_nodes(tree))
-    log_prior = log_tree_prior(tree, lo, hi, data.split_prob)
+    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.box_side)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 

@@ -1,0 +1,113 @@
+"""Tempering (Metropolis-coupled MCMC, Geyer & Thompson 1995) as a wrapper over any kernel whose
+state carries an inverse temperature ``beta`` and its untempered ``log_lik``.
+
+A ladder of inverse temperatures ``β_1 = 1 > β_2 > ... > β_R`` (default MrBayes'
+``β_i = 1 / (1 + ΔT (i - 1))``, 4 rungs, ``ΔT = 0.2``); rung ``i`` targets
+``p(T) L(T)^{β_i}``.  One iteration advances every rung by one step of the base kernel (rungs are
+``vmap``-ped: one program) and then proposes to exchange the states of two rungs ``i != j`` chosen
+uniformly at random, accepted with probability (Angelopoulos & Cussens 2005, §5)::
+
+    min(1, (L(T_j) / L(T_i))^{β_i - β_j})
+
+(the priors cancel because only the likelihood is tempered).  Temperatures stay with their rungs;
+states move.  Only the cold rung (``β = 1``) is recorded, plus which pair was proposed and whether
+the swap was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._types import Array
+from .base import SamplingAlgorithm
+
+__all__ = ["ladder", "tempered", "swap_rates"]
+
+
+def ladder(n_temperatures: int = 4, delta_t: float = 0.2) -> tuple:
+    """MrBayes' inverse temperatures ``1 / (1 + delta_t * i)``, ``i = 0 .. n - 1``."""
+    if not isinstance(n_temperatures, (int, np.integer)) or isinstance(n_temperatures, bool) or n_temperatures < 1:
+        raise ValueError(f"n_temperatures must be an integer >= 1; got {n_temperatures!r}.")
+    if not (isinstance(delta_t, (int, float, np.floating)) and np.isfinite(delta_t) and delta_t > 0):
+        raise ValueError(f"delta_t must be a finite number > 0; got {delta_t!r}.")
+    return tuple(float(1.0 / (1.0 + delta_t * i)) for i in range(int(n_temperatures)))
+
+
+def _pair(u: Array, n: int) -> tuple[Array, Array]:
+    """A uniformly random unordered pair ``i < j`` of ``range(n)`` from one uniform."""
+    pairs = np.array([(i, j) for i in range(n) for j in range(i + 1, n)], np.int32)
+    k = jnp.minimum(jnp.floor(u * len(pairs)).astype(jnp.int32), len(pairs) - 1)
+    pairs = jnp.asarray(pairs)
+    return pairs[k, 0], pairs[k, 1]
+
+
+@functools.lru_cache(maxsize=64)
+def tempered(algorithm: SamplingAlgorithm, betas: tuple, vectorized: bool = False) -> SamplingAlgorithm:
+    """Metropolis-coupled version of ``algorithm`` over the inverse temperatures ``betas``
+    (``betas[0]`` must be 1: the cold rung, the only one recorded).
+
+    ``vectorized``: advance the rungs with ``vmap`` (one batched program: GPUs) or, by default,
+    with ``lax.map`` (each rung runs the scalar program and pays only for its own move: CPUs).
+
+    The base state must be a NamedTuple with fields ``beta`` and ``log_lik`` (untempered); its
+    ``step`` must target ``p(T) L(T)^beta``.  The tempered state is the base state with a leading
+    rung axis ``(R, ...)``.
+    """
+    betas = tuple(float(b) for b in betas)
+    if len(betas) < 2 or betas[0] != 1.0 or any(not 0 < b <= 1 for b in betas):
+        raise ValueError(f"betas must have >= 2 rungs, the first 1.0 and all in (0, 1]; got {betas!r}.")
+    R = len(betas)
+    beta_arr = np.asarray(betas, np.float32)
+
+    def init_fn(key, data):
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(R))
+        states = jax.vmap(algorithm.init, in_axes=(0, None))(keys, data)
+        return states._replace(beta=jnp.asarray(beta_arr))
+
+    def draw_fn(key):
+        k_rungs, k_swap = jax.random.split(key)
+        keys = jax.random.split(k_rungs, R)
+        base = jax.vmap(algorithm.draw)(keys) if algorithm.draw is not None else keys
+        return base, jax.random.uniform(k_swap, (2,))
+
+    def step_fn(randomness, states, data):
+        base, (u_pair, u_accept) = randomness
+        if vectorized:
+            states, infos = jax.vmap(algorithm.step, in_axes=(0, 0, None))(base, states, data)
+        else:
+            states, infos = jax.lax.map(lambda a: algorithm.step(a[0], a[1], data), (base, states))
+        i, j = _pair(u_pair, R)
+        log_lik = states.log_lik
+        log_ratio = (states.beta[i] - states.beta[j]) * (log_lik[j] - log_lik[i])
+        accept = jnp.log(u_accept) < jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
+        perm = jnp.arange(R).at[i].set(jnp.where(accept, j, i)).at[j].set(jnp.where(accept, i, j))
+        swapped = jax.tree.map(lambda a: a[perm], states)
+        swapped = swapped._replace(beta=states.beta)  # temperatures stay with their rungs
+        return swapped, (infos, i * R + j, accept)
+
+    def trace_fn(states, info):
+        infos, pair, accept = info
+        cold = jax.tree.map(lambda a: a[0], states)
+        cold_info = jax.tree.map(lambda a: a[0], infos)
+        out = dict(algorithm.trace(cold, cold_info))
+        out["swap_pair"] = pair.astype(jnp.int32)
+        out["swap_accepted"] = accept
+        return out
+
+    return SamplingAlgorithm(init_fn, step_fn, trace_fn, draw_fn)
+
+
+def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, n_temperatures: int) -> np.ndarray:
+    """(R, R) acceptance rate of swaps proposed between rungs ``i < j`` (upper triangle; NaN where
+    never proposed) from the recorded ``swap_pair`` / ``swap_accepted`` arrays (any shape)."""
+    R = int(n_temperatures)
+    pair = np.asarray(swap_pair).ravel()
+    acc = np.asarray(swap_accepted).ravel().astype(float)
+    proposed = np.bincount(pair, minlength=R * R).reshape(R, R).astype(float)
+    accepted = np.bincount(pair, weights=acc, minlength=R * R).reshape(R, R)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(proposed > 0, accepted / proposed, np.nan)
