@@ -8,7 +8,7 @@ from ._devices import configure_cpu_devices
 
 configure_cpu_devices()
 
-from . import datasets, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
+from . import datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
@@ -31,6 +31,7 @@ __all__ = [
     "TreeData",
     "TreePrior",
     "datasets",
+    "diagnostics",
     "exact",
     "kernels",
     "likelihoods",

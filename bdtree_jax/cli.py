@@ -44,6 +44,7 @@ __all__ = ["main", "load_config", "run_config"]
 _MODEL_KEYS = {
     "max_depth", "alpha", "beta", "min_leaf_size", "concentration", "nu", "lam", "a", "mu_bar", "move_probs",
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
+    "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",
 }
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}
@@ -111,6 +112,13 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     for key in ("move_probs", "warmup_move_probs"):
         if key in kwargs:
             kwargs[key] = tuple(kwargs[key])
+    if kwargs.get("initial_tree") == "cart":
+        from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+        cart = DecisionTreeClassifier if task == "classification" else DecisionTreeRegressor
+        kwargs["initial_tree"] = cart(
+            max_depth=kwargs.get("max_depth", 6), min_samples_leaf=kwargs.get("min_leaf_size", 1), random_state=0,
+        ).fit(X_train, y_train)
     out = Path(config["output"])
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -53,6 +53,10 @@ class TreeData(NamedTuple):
         Box constraints of the prior (:func:`bdtree_jax.priors.box_sides`): for box ``k`` and the
         cut ``c`` of feature ``f``, 0 if the box lies left of the cut, 1 right, 2 if the cut goes
         through it (a tree with that rule at a node holding the box has prior 0).
+    bin_onehot : (n, F, B) int32 or None
+        ``bin_onehot[i, f, b] = 1`` iff ``bins[i, f] == b``, kept when ``min_leaf_size > 1`` and
+        every feature has few bins (``B <= 64``): per-node bin histograms then give the order
+        statistics of :func:`bdtree_jax.priors.level_bounds` without sorting.
     """
 
     bins: Array
@@ -62,6 +66,11 @@ class TreeData(NamedTuple):
     split_prob: Array
     likelihood: object
     box_side: Array | None = None
+    bin_onehot: Array | None = None
+
+
+#: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.
+MAX_HISTOGRAM_BINS = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,7 +144,19 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         jnp.asarray(split_probability(prior)),
         likelihood.prepare(bins.shape[0]),
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
+        _bin_onehot(bins) if prior.min_leaf_size > 1 else None,
     )
+
+
+def _bin_onehot(bins: np.ndarray):
+    """(n, F, B) int32 indicator of every row's bin, or None when a feature has more than
+    :data:`MAX_HISTOGRAM_BINS` bins."""
+    import jax.numpy as jnp
+
+    n_bins = int(bins.max(initial=0)) + 1
+    if n_bins > MAX_HISTOGRAM_BINS:
+        return None
+    return jnp.asarray(bins[:, :, None] == np.arange(n_bins), jnp.int32)
 
 
 # ----------------------------------------------------------------------------------------------

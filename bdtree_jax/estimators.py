@@ -104,6 +104,20 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         used; ``max_depth`` bounds the depth, ``None`` for unbounded).
     n_buckets : None, int or one int per feature
         "pcfg": cut features with more distinct values into this many equal-width buckets.
+    proposal : {"cgm", "regrow", "cgm+regrow"}, default "cgm"
+        "cgm": grow / prune / change / swap; "regrow": prune a uniformly chosen node's subtree and
+        regrow it from the prior (Angelopoulos & Cussens 2005); "cgm+regrow": one of each.
+    n_temperatures : int, default 1
+        Tempering (Metropolis-coupled MCMC) with this many rungs; 1 is off.
+    delta_t : float, default 0.2
+        Inverse temperatures ``1 / (1 + delta_t * i)`` (MrBayes' default ladder).
+    box_constraints : list of dicts or None
+        Regions ``{feature: (low, high)}`` declared to have a constant response distribution: the
+        prior gives zero mass to trees that split inside a box.
+    initial_tree : Tree, tree string, fitted scikit-learn decision tree, or None
+        The EDITTREE prior: trees reached from this one by a geometric number of random edits.
+    mean_edits, max_edits : float, int, default 2.0, 20
+        Mean of the geometric number of edits and its truncation.
 
     Attributes
     ----------
@@ -146,6 +160,13 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         warmup_move_probs: tuple | None = None,
         log_phi: float = 2.0,
         n_buckets=None,
+        proposal: str = "cgm",
+        n_temperatures: int = 1,
+        delta_t: float = 0.2,
+        box_constraints=None,
+        initial_tree=None,
+        mean_edits: float = 2.0,
+        max_edits: int = 20,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -167,6 +188,13 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.warmup_move_probs = warmup_move_probs
         self.log_phi = log_phi
         self.n_buckets = n_buckets
+        self.proposal = proposal
+        self.n_temperatures = n_temperatures
+        self.delta_t = delta_t
+        self.box_constraints = box_constraints
+        self.initial_tree = initial_tree
+        self.mean_edits = mean_edits
+        self.max_edits = max_edits
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -234,6 +262,13 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         warmup_move_probs: tuple | None = None,
         log_phi: float = 2.0,
         n_buckets=None,
+        proposal: str = "cgm",
+        n_temperatures: int = 1,
+        delta_t: float = 0.2,
+        box_constraints=None,
+        initial_tree=None,
+        mean_edits: float = 2.0,
+        max_edits: int = 20,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -258,6 +293,13 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.warmup_move_probs = warmup_move_probs
         self.log_phi = log_phi
         self.n_buckets = n_buckets
+        self.proposal = proposal
+        self.n_temperatures = n_temperatures
+        self.delta_t = delta_t
+        self.box_constraints = box_constraints
+        self.initial_tree = initial_tree
+        self.mean_edits = mean_edits
+        self.max_edits = max_edits
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

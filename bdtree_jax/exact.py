@@ -21,6 +21,7 @@ from .tree import _fmt
 __all__ = [
     "enumerate_trees", "enumerate_posterior", "tv_distance", "topology_string", "soft_topology_posterior",
     "dm_log_lik", "gaussian_leaf_log_lik", "enumerate_pcfg_trees", "enumerate_pcfg_posterior",
+    "enumerate_edit_prior", "enumerate_edit_posterior",
 ]
 
 
@@ -336,3 +337,215 @@ def soft_topology_posterior(
         out[topology_string(is_split)] = log_prior + logsumexp(logs) - np.log(len(logs))
     total = logsumexp(list(out.values()))
     return {t: float(np.exp(v - total)) for t, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+# ----------------------------------------------------------------------------------------------
+# The EDITTREE prior (Angelopoulos & Cussens 2005): K random edits of an initial tree
+
+
+def _node_depth(i: int) -> int:
+    return (i + 1).bit_length() - 1
+
+
+class _EditModel:
+    """The edit process on one data set (numpy; independent of the JAX kernels).
+
+    A tree is a tuple of ``(node, feature, cut)`` of its internal nodes sorted by heap index
+    (parents before children); the stump is ``()``.
+    """
+
+    def __init__(self, X, prior: TreePrior, boxes=None):
+        self.grid = make_split_grid(X)
+        self.bins = self.grid.bin(X)
+        self.n, self.F = self.bins.shape
+        self.m = prior.min_leaf_size
+        self.D = prior.max_depth
+        self.box_list = _box_arrays(boxes, self.F)
+        self._regions_cache: dict = {}
+        self._valid_cache: dict = {}
+        self._edit_cache: dict = {}
+
+    def options(self, rows: np.ndarray) -> dict[int, list[int]]:
+        """``{feature: valid cuts}`` of the node holding ``rows`` (features without a cut left out)."""
+        out = {f: _valid_cuts(self.bins[rows, f], self.m) for f in range(self.F)}
+        return {f: c for f, c in out.items() if c}
+
+    def regions(self, tree: tuple):
+        """``(rows, held, cut_box)``: rows (dict node -> row indices) and held boxes (dict node ->
+        tuple of box indices) of every active node; ``cut_box`` whether some rule cuts a box."""
+        if tree in self._regions_cache:
+            return self._regions_cache[tree]
+        rows = {0: np.arange(self.n)}
+        held = {0: tuple(range(len(self.box_list)))}
+        cut_box = False
+        for i, f, c in tree:  # sorted by heap index: a parent comes before its children
+            r, h = rows[i], held[i]
+            t = self.grid.thresholds[f, c]
+            if any(self.box_list[k][0][f] < t < self.box_list[k][1][f] for k in h):
+                cut_box = True
+            rows[2 * i + 1] = r[self.bins[r, f] <= c]
+            rows[2 * i + 2] = r[self.bins[r, f] > c]
+            held[2 * i + 1] = tuple(k for k in h if self.box_list[k][1][f] <= t)
+            held[2 * i + 2] = tuple(k for k in h if self.box_list[k][0][f] >= t)
+        out = (rows, held, cut_box)
+        self._regions_cache[tree] = out
+        return out
+
+    def leaves(self, tree: tuple) -> list[int]:
+        internal = {i for i, _, _ in tree}
+        if not internal:
+            return [0]
+        return sorted(j for i in internal for j in (2 * i + 1, 2 * i + 2) if j not in internal)
+
+    def is_valid(self, tree: tuple) -> bool:
+        """Every internal node above ``max_depth`` with a parent that splits, its rule among the
+        valid cuts of its own rows, and no rule cutting a box."""
+        if tree in self._valid_cache:
+            return self._valid_cache[tree]
+        internal = {i for i, _, _ in tree}
+        ok = all(_node_depth(i) < self.D and (i == 0 or (i - 1) // 2 in internal) for i in internal)
+        ok = ok and len(internal) == len(tree)
+        if ok:
+            rows, _, cut_box = self.regions(tree)
+            ok = not cut_box and all(c in self.options(rows[i]).get(f, ()) for i, f, c in tree)
+        self._valid_cache[tree] = ok
+        return ok
+
+    def parse(self, text: str) -> tuple:
+        from .tree import from_string
+
+        t = from_string(text, self.grid.thresholds, self.D)
+        return tuple((int(i), int(t.feature[i]), int(t.cut[i])) for i in np.flatnonzero(t.is_split))
+
+    def to_string(self, tree: tuple) -> str:
+        rules = {i: (f, c) for i, f, c in tree}
+
+        def rec(i: int) -> str:
+            if i not in rules:
+                return "L"
+            f, c = rules[i]
+            return f"x{f}<={_fmt(self.grid.thresholds[f, c])}({rec(2 * i + 1)},{rec(2 * i + 2)})"
+
+        return rec(0)
+
+    def edit(self, tree: tuple) -> dict[tuple, float]:
+        """Distribution ``{T': P(T -> T')}`` of one edit of the valid tree ``tree`` (an invalid
+        edited tree is replaced by ``tree`` itself)."""
+        if tree in self._edit_cache:
+            return self._edit_cache[tree]
+        rows, _, _ = self.regions(tree)
+        rules = {i: (f, c) for i, f, c in tree}
+        grow = [j for j in self.leaves(tree) if _node_depth(j) < self.D and self.options(rows[j])]
+        prune = [i for i in rules if 2 * i + 1 not in rules and 2 * i + 2 not in rules]
+        change = sorted(rules)
+        moves = [(kind, targets) for kind, targets in (("grow", grow), ("prune", prune), ("change", change)) if targets]
+        out: dict[tuple, float] = {}
+
+        def add(new_rules: dict, p: float) -> None:
+            new = tuple(sorted((i, f, c) for i, (f, c) in new_rules.items()))
+            if not self.is_valid(new):
+                new = tree
+            out[new] = out.get(new, 0.0) + p
+
+        if not moves:  # the stump of a node with no valid cut: nothing to edit
+            out[tree] = 1.0
+        for kind, targets in moves:
+            p_node = 1.0 / len(moves) / len(targets)
+            for node in targets:
+                if kind == "prune":
+                    add({i: r for i, r in rules.items() if i != node}, p_node)
+                    continue
+                opts = self.options(rows[node])
+                for f, cuts in opts.items():
+                    for c in cuts:
+                        add({**rules, node: (f, c)}, p_node / len(opts) / len(cuts))
+        self._edit_cache[tree] = out
+        return out
+
+
+def _edit_prior_trees(X, prior: TreePrior, initial_tree: str, mean_edits: float, max_edits: int, boxes):
+    """``(model, {internal tree: probability})`` of the EDITTREE prior."""
+    if not (math.isfinite(float(mean_edits)) and float(mean_edits) >= 0.0):
+        raise ValueError(f"mean_edits must be >= 0; got {mean_edits!r}.")
+    if isinstance(max_edits, bool) or not isinstance(max_edits, (int, np.integer)) or max_edits < 0:
+        raise ValueError(f"max_edits must be an integer >= 0; got {max_edits!r}.")
+    model = _EditModel(X, prior, boxes)
+    try:
+        t0 = model.parse(initial_tree)
+    except (ValueError, AssertionError, IndexError) as err:
+        raise ValueError(
+            f"initial_tree {initial_tree!r} cannot be parsed for max_depth={prior.max_depth}: {err}"
+        ) from err
+    if not model.is_valid(t0):
+        raise ValueError(
+            f"initial_tree {initial_tree!r} is not valid: some rule is not a valid cut of its node's rows "
+            f"(min_leaf_size={prior.min_leaf_size}) or cuts a box."
+        )
+    q = float(mean_edits) / (1.0 + float(mean_edits))
+    p_k = np.array([q**k for k in range(int(max_edits) + 1)])
+    p_k = p_k / p_k.sum()
+    dist = {t0: 1.0}
+    total: dict[tuple, float] = {}
+    for k in range(int(max_edits) + 1):
+        if p_k[k] > 0:
+            for t, p in dist.items():
+                total[t] = total.get(t, 0.0) + p_k[k] * p
+        if k == max_edits:
+            break
+        new: dict[tuple, float] = {}
+        for t, p in dist.items():
+            for t2, p2 in model.edit(t).items():
+                new[t2] = new.get(t2, 0.0) + p * p2
+        dist = new
+    s = sum(total.values())
+    return model, {t: p / s for t, p in total.items() if p > 0}
+
+
+def enumerate_edit_prior(X, prior: TreePrior, initial_tree: str, *, mean_edits: float, max_edits: int,
+                         boxes=None) -> dict[str, float]:
+    """Exact EDITTREE prior (Angelopoulos & Cussens 2005): the tree after ``K`` random edits of
+    ``initial_tree``, ``P(K = k) ∝ q**k`` (``q = mean_edits / (1 + mean_edits)``, ``k = 0..max_edits``).
+
+    One edit of a tree: a move uniform among grow / prune / change that have a target (grow: leaves
+    above ``max_depth`` with a valid cut; prune: internal nodes with two leaf children; change: all
+    internal nodes), a node uniform among the move's targets, and (grow, change) a rule drawn from
+    the node's rows as in the CGM98 prior (a feature uniform among those with a valid cut, then a cut
+    uniform among its valid cuts).  A change keeps the node's subtrees.  An edit giving an invalid
+    tree (a rule not among the valid cuts of its node's rows, or cutting a box) leaves the tree
+    unchanged; so does an edit of a stump whose root has no valid cut.  Computed by an exact forward
+    pass over the distributions after ``k`` edits.
+
+    Parameters
+    ----------
+    X : (n, F) raw inputs (candidates from :func:`bdtree_jax.data.make_split_grid`).
+    prior : TreePrior — only ``max_depth`` and ``min_leaf_size`` are used.
+    initial_tree : a :func:`bdtree_jax.tree.to_string` string (thresholds matched to the nearest
+        candidate); must be valid, else ``ValueError``.
+    mean_edits : float >= 0; max_edits : int >= 0.
+    boxes : box constraints as in :func:`enumerate_trees`.
+
+    Returns
+    -------
+    dict mapping :func:`bdtree_jax.tree.to_string` strings (as in :func:`enumerate_trees`) to
+    probabilities summing to 1 (trees of positive probability only).
+    """
+    model, probs = _edit_prior_trees(X, prior, initial_tree, mean_edits, max_edits, boxes)
+    return {model.to_string(t): float(p) for t, p in probs.items()}
+
+
+def enumerate_edit_posterior(X, point_stats, prior: TreePrior, likelihood, initial_tree: str, *, mean_edits: float,
+                             max_edits: int, boxes=None, beta: float = 1.0) -> dict[str, float]:
+    """Exact posterior ``∝ p_edit(T) p(Y | X, T)**beta`` under the EDITTREE prior of
+    :func:`enumerate_edit_prior`; ``point_stats`` (n, S) rows of ``likelihood.point_stats(y)``; the
+    marginal likelihood is :func:`enumerate_trees`'s.  Returns ``{tree string: probability}``."""
+    model, probs = _edit_prior_trees(X, prior, initial_tree, mean_edits, max_edits, boxes)
+    point_stats = np.asarray(point_stats, float)
+    names, logs = [], []
+    for t, p in probs.items():
+        rows, _, _ = model.regions(t)
+        leaves = [_leaf_terms(likelihood, point_stats[rows[j]].sum(0)) for j in model.leaves(t)]
+        names.append(model.to_string(t))
+        logs.append(math.log(p) + beta * _total_log_lik(likelihood, leaves))
+    logs = np.array(logs)
+    post = np.exp(logs - logsumexp(logs))
+    return {s: float(p) for s, p in zip(names, post)}

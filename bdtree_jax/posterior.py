@@ -311,6 +311,38 @@ class Posterior(_DrawSummaries):
             flat, idx, chunk,
         )
 
+    def _mean_prediction(self, X, chunk: int = 256) -> np.ndarray:
+        """(n, P) float64 average of :meth:`predict_draws` over all draws, evaluating every
+        *distinct* tree once and weighting it by its visits (long MH runs revisit few trees many
+        times), so memory is ``chunk x n x P`` whatever the number of draws."""
+        test_bins = jnp.asarray(self._bins(X))
+        flat = self._flat_trees()
+        keys = np.concatenate([np.asarray(a).reshape(a.shape[0], -1).astype(np.int64) for a in flat], axis=1)
+        _, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
+        weights = counts / counts.sum()
+        out = 0.0
+        for s in range(0, len(first), chunk):
+            sel = np.arange(s, min(s + chunk, len(first)))
+            params = _over_draws(
+                lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
+                flat, first[sel], chunk,
+            )
+            out = out + np.tensordot(weights[sel], params.astype(np.float64), axes=1)
+        return out
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, K) posterior-averaged class probabilities (classification), float64."""
+        self._require("classification", "predict_proba")
+        return self._mean_prediction(X)
+
+    def predict(self, X) -> np.ndarray:
+        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
+        mean = self._mean_prediction(X)
+        if self.task == "classification":
+            return self.classes[np.argmax(mean, axis=1)]
+        return mean[:, 0]
+
     def sample_function(self, X, *, predictive: bool = False, seed: int = 0, chunk: int = 256) -> np.ndarray:
         """Posterior draws of the function at X, leaf parameters included.
 

@@ -24,7 +24,7 @@ from .data import TreeData
 from .tree import Tree, active_nodes, leaf_index, leaf_nodes, max_depth_of, node_depths
 
 __all__ = [
-    "TreePrior", "mask_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
+    "TreePrior", "mask_bounds", "level_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
     "violates_boxes", "regrow_subtree",
 ]
 
@@ -112,10 +112,62 @@ def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
     leaf_id : (n,) int32 heap index of each row's leaf.
     stats : (N, S) float32 summed ``point_stats`` of the rows below each node (0 if inactive).
     """
-    n_nodes = tree.is_split.shape[-1]
     leaf_id = leaf_index(tree, data.bins, max_cut=data.bins.shape[0])
-    stats = jax.ops.segment_sum(data.point_stats, leaf_id, num_segments=n_nodes)
-    return leaf_id, _upward(stats, jnp.add)
+    return leaf_id, subtree_sums(data.point_stats, leaf_id, tree.is_split.shape[-1])
+
+
+def subtree_sums(point_stats: Array, leaf_id: Array, n_nodes: int) -> Array:
+    """(N, S) summed ``point_stats`` (n, S) of the rows below every node, from each row's leaf."""
+    return _upward(jax.ops.segment_sum(point_stats, leaf_id, num_segments=n_nodes), jnp.add)
+
+
+def level_bounds(slot: Array, count: int, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
+    """Valid-cut intervals of ``count`` disjoint nodes at once (see :func:`mask_bounds`).
+
+    Parameters
+    ----------
+    slot : (n,) int32 node of every row in ``0..count-1``, or ``count`` for rows in none of them.
+
+    Returns
+    -------
+    lo, hi : (count, F) int32.
+
+    For ``min_leaf_size > 1`` one sort per feature groups the rows by node while keeping each
+    feature's ascending order (the key ``slot * n + rank`` is unique), so every node's ``m``-th
+    smallest and ``m``-th largest bins are read at its offset: ``O(F n log n)`` for all nodes
+    instead of one masked pass per node.
+    """
+    if min_leaf_size == 1:
+        lo = jax.ops.segment_min(data.bins, slot, num_segments=count + 1)[:count]
+        hi = jax.ops.segment_max(data.bins, slot, num_segments=count + 1)[:count]
+        empty = lo > hi
+        return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
+    if data.bin_onehot is not None:
+        return _histogram_bounds(jax.ops.segment_sum(data.bin_onehot, slot, num_segments=count + 1)[:count],
+                                 min_leaf_size)
+    n = data.bins.shape[0]
+    if (count + 1) * n >= 2**31:
+        raise ValueError(f"too many rows ({n}) for a tree this deep ({count} nodes in one level).")
+    rank = jnp.arange(n, dtype=jnp.int32)
+    key = jnp.sort(slot.astype(jnp.int32)[data.sorted_index] * n + rank, axis=1)  # (F, n)
+    grouped = jnp.take_along_axis(data.sorted_bins, key % n, axis=1)  # bins by node, ascending
+    size = jax.ops.segment_sum(jnp.ones(n, jnp.int32), slot, num_segments=count + 1)[:count]
+    start = jnp.cumsum(size) - size
+    lo = grouped[:, jnp.clip(start + min_leaf_size - 1, 0, n - 1)].T
+    hi = grouped[:, jnp.clip(start + size - min_leaf_size, 0, n - 1)].T
+    ok = (size >= 2 * min_leaf_size)[:, None]
+    return jnp.where(ok, lo, 0).astype(jnp.int32), jnp.where(ok, hi, 0).astype(jnp.int32)
+
+
+def _histogram_bounds(hist: Array, min_leaf_size: int) -> tuple[Array, Array]:
+    """Valid-cut intervals (M, F) from per-node bin histograms ``hist`` (M, F, B): the ``m``-th
+    smallest bin is the first whose cumulative count reaches ``m``."""
+    csum = jnp.cumsum(hist, axis=-1)
+    size = csum[:, :1, -1]  # (M, 1) rows in the node
+    lo = jnp.argmax(csum >= min_leaf_size, axis=-1)
+    hi = jnp.argmax(csum >= size[:, :, None] - min_leaf_size + 1, axis=-1)
+    ok = size >= 2 * min_leaf_size
+    return jnp.where(ok, lo, 0).astype(jnp.int32), jnp.where(ok, hi, 0).astype(jnp.int32)
 
 
 def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
@@ -128,16 +180,20 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) 
         hi = _upward(jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes), jnp.maximum)
         empty = lo > hi
         return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
-    # Order statistics do not compose: one masked pass per node (slower path).
-    depths = jnp.asarray(node_depths(depth))
-    leaf_depth = depths[leaf_id]
-
-    def one(node):
-        d = depths[node]
-        anc = ((leaf_id + 1) >> jnp.maximum(leaf_depth - d, 0)) - 1
-        return mask_bounds((anc == node) & (leaf_depth >= d), data, min_leaf_size)
-
-    return jax.vmap(one)(jnp.arange(n_nodes))
+    if data.bin_onehot is not None:
+        # bin histograms compose: rows into leaves, leaves into ancestors
+        hist = jax.ops.segment_sum(data.bin_onehot, leaf_id, num_segments=n_nodes)
+        return _histogram_bounds(_upward(hist, jnp.add), min_leaf_size)
+    # Order statistics do not compose: one grouped sort per level (the levels' nodes are disjoint).
+    leaf_depth = jnp.asarray(node_depths(depth))[leaf_id]
+    los, his = [], []
+    for d in range(depth + 1):
+        first, count = 2**d - 1, 2**d
+        ancestor = ((leaf_id + 1) >> jnp.maximum(leaf_depth - d, 0)) - 1
+        lo, hi = level_bounds(jnp.where(leaf_depth >= d, ancestor - first, count), count, data, min_leaf_size)
+        los.append(lo)
+        his.append(hi)
+    return jnp.concatenate(los), jnp.concatenate(his)
 
 
 def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array) -> Array:
@@ -263,7 +319,8 @@ def violates_boxes(tree: Tree, box_side: Array) -> Array:
 # Simulation from the prior below a node (prune-and-regrow proposals, prior checks).
 
 
-def regrow_subtree(tree: Tree, leaf_id: Array, node: Array, uniforms: Array, data, min_leaf_size: int):
+def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array, uniforms: Array, data,
+                   min_leaf_size: int) -> tuple[Tree, Array, Array, Array]:
     """Replace the subtree at ``node`` by a draw from the prior given the rows reaching ``node``.
 
     The draw follows the prior's generative process level by level: an active leaf of the new
@@ -273,15 +330,20 @@ def regrow_subtree(tree: Tree, leaf_id: Array, node: Array, uniforms: Array, dat
     factors depend only on each node's rows) is ``p(T') / p(T' outside the subtree)``.  Box
     constraints are *not* applied here (the MH step rejects a violating tree).
 
+    The valid-cut bounds each level needs are those of the new tree's nodes, so they are returned
+    with it: only the subtree's nodes change (rows outside it keep their nodes).  Levels above
+    ``node`` and below the deepest new leaf are skipped (``lax.cond``).
+
     Parameters
     ----------
     tree : Tree (N,) arrays; leaf_id : (n,) int32 leaf of every row.
+    lo, hi : (N, F) int32 valid-cut bounds of ``tree``'s nodes (:func:`node_bounds`).
     node : () int32 heap index of the regrown subtree's root (must be active).
     uniforms : (N, 3) float32 in [0, 1): per heap slot (split?, feature, cut).
 
     Returns
     -------
-    tree, leaf_id of the new tree.
+    tree, leaf_id, lo, hi of the new tree.
     """
     depth = max_depth_of(tree)
     n_nodes = tree.is_split.shape[0]
@@ -295,36 +357,42 @@ def regrow_subtree(tree: Tree, leaf_id: Array, node: Array, uniforms: Array, dat
     leaf_id = jnp.where(in_sub[leaf_id], ((leaf_id + 1) >> jnp.maximum(row_depth - d0, 0)) - 1, leaf_id).astype(jnp.int32)
     flat = data.bins.reshape(-1)
     row_offset = jnp.arange(data.bins.shape[0], dtype=jnp.int32) * data.bins.shape[1]
-    for level in range(depth):
+    new_lo, new_hi = [], []
+    for level in range(depth + 1):
         # only the slots of this level can grow now; their rows are exactly the rows whose
         # leaf is the slot (deeper levels of the subtree are still empty)
         first, count = 2**level - 1, 2**level
-        slots = jnp.arange(first, first + count)
-        if min_leaf_size == 1:
-            lo = jax.ops.segment_min(data.bins, leaf_id - first, num_segments=count)
-            hi = jax.ops.segment_max(data.bins, leaf_id - first, num_segments=count)
-            empty = lo > hi
-            lo, hi = jnp.where(empty, 0, lo), jnp.where(empty, 0, hi)
-        else:
-            lo, hi = jax.vmap(lambda s: mask_bounds(leaf_id == s, data, min_leaf_size))(slots)
-        p = data.split_prob[first : first + count]
-        can = jnp.any(hi > lo, axis=-1) & (p > 0)
-        is_leaf = leaf_nodes(tree)[first : first + count]
-        grow_here = in_sub[first : first + count] & is_leaf & can & (uniforms[first : first + count, 0] < p)
-        width = jnp.maximum(hi - lo, 0)
+        level_slots = slice(first, first + count)
+        sub = in_sub[level_slots]
+        growing = sub & leaf_nodes(tree)[level_slots]  # the subtree's active leaves at this level
+        old = (lo[level_slots], hi[level_slots])
+        at_level = (leaf_id >= first) & (leaf_id < first + count)
+        lo_l, hi_l = jax.lax.cond(
+            jnp.any(growing),
+            lambda: level_bounds(jnp.where(at_level, leaf_id - first, count), count, data, min_leaf_size),
+            lambda: (jnp.zeros_like(old[0]), jnp.zeros_like(old[1])),
+        )
+        new_lo.append(jnp.where(sub[:, None], lo_l, old[0]))
+        new_hi.append(jnp.where(sub[:, None], hi_l, old[1]))
+        if level == depth:
+            break
+        p = data.split_prob[level_slots]
+        can = jnp.any(hi_l > lo_l, axis=-1) & (p > 0)
+        grow_here = growing & can & (uniforms[level_slots, 0] < p)
+        width = jnp.maximum(hi_l - lo_l, 0)
         counts = jnp.cumsum((width > 0).astype(jnp.int32), axis=1)  # (count, F)
-        k = jnp.floor(uniforms[first : first + count, 1] * counts[:, -1]).astype(jnp.int32)
+        k = jnp.floor(uniforms[level_slots, 1] * counts[:, -1]).astype(jnp.int32)
         feature = jnp.argmax(counts > k[:, None], axis=1).astype(jnp.int32)
         w = jnp.take_along_axis(width, feature[:, None], axis=1)[:, 0]
-        lo_f = jnp.take_along_axis(lo, feature[:, None], axis=1)[:, 0]
-        cut = jnp.minimum(lo_f + jnp.floor(uniforms[first : first + count, 2] * w).astype(jnp.int32), lo_f + w - 1)
+        lo_f = jnp.take_along_axis(lo_l, feature[:, None], axis=1)[:, 0]
+        cut = jnp.minimum(lo_f + jnp.floor(uniforms[level_slots, 2] * w).astype(jnp.int32), lo_f + w - 1)
         tree = Tree(
-            tree.is_split.at[slots].set(tree.is_split[slots] | grow_here),
-            tree.feature.at[slots].set(jnp.where(grow_here, feature, tree.feature[slots]).astype(tree.feature.dtype)),
-            tree.cut.at[slots].set(jnp.where(grow_here, cut, tree.cut[slots]).astype(tree.cut.dtype)),
+            tree.is_split.at[level_slots].set(tree.is_split[level_slots] | grow_here),
+            tree.feature.at[level_slots].set(
+                jnp.where(grow_here, feature, tree.feature[level_slots]).astype(tree.feature.dtype)),
+            tree.cut.at[level_slots].set(jnp.where(grow_here, cut, tree.cut[level_slots]).astype(tree.cut.dtype)),
         )
-        at_level = (leaf_id >= first) & (leaf_id < first + count)
         moves = at_level & grow_here[jnp.clip(leaf_id - first, 0, count - 1)]
         right = flat[row_offset + tree.feature[leaf_id]] > tree.cut[leaf_id]
         leaf_id = jnp.where(moves, 2 * leaf_id + 1 + right.astype(jnp.int32), leaf_id)
-    return tree, leaf_id
+    return tree, leaf_id, jnp.concatenate(new_lo), jnp.concatenate(new_hi)

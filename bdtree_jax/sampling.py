@@ -265,14 +265,27 @@ CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
 PROPOSALS = ("cgm", "regrow", "cgm+regrow")
 
 
-def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,)):
+def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,),
+                     edit=None):
     """The hard-tree MH kernel's static config and :class:`SamplingAlgorithm` for a built model,
     tuned for how chains will run (``chain_method``; default: as :func:`run_chains` picks it).
 
     ``proposal``: CGM's grow/prune/change/swap, prune-and-regrow, or one of each per iteration;
     ``betas``: a tempering ladder (more than one rung wraps the kernel in
-    :func:`~bdtree_jax.kernels.tempering.tempered`)."""
-    from .kernels import cgm as cgm_kernel, regrow as regrow_kernel, tempering
+    :func:`~bdtree_jax.kernels.tempering.tempered`); ``edit``: ``dict(mean_edits=, max_edits=)``
+    for the edit prior (:mod:`~bdtree_jax.kernels.edit`; ``data`` is then an ``EditData``), whose
+    local moves play CGM's part and whose backtracking moves play regrow's."""
+    from .kernels import cgm as cgm_kernel, edit as edit_kernel, regrow as regrow_kernel, tempering
+
+    if edit is not None:
+        config = edit_kernel.EditConfig(
+            model["prior"].max_depth, model["prior"].min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(proposal, 0.5),
+            **edit,
+        )
+        algorithm = edit_kernel.edit_prior(config)
+        if len(betas) > 1:
+            algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+        return (config, proposal, tuple(betas)), algorithm
 
     if chain_method is None:
         chain_method = _default_chain_method(chain_devices(1))
@@ -371,6 +384,9 @@ def sample(
     n_temperatures: int = 1,
     delta_t: float = 0.2,
     box_constraints=None,
+    initial_tree=None,
+    mean_edits: float = 2.0,
+    max_edits: int = 20,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -416,6 +432,12 @@ def sample(
         distribution, as a list of dicts ``{feature: (low, high)}`` (column name or index; ``None``
         or ``±inf`` for an open side).  The prior is conditioned on no rule cutting through a box
         (every box lies inside one leaf).
+    initial_tree, mean_edits, max_edits : method="cgm": the EDITTREE prior
+        (:mod:`bdtree_jax.kernels.edit`): trees obtained from ``initial_tree`` (a Tree, a tree
+        string, or a fitted scikit-learn decision tree) by a truncated geometric number of random
+        grow / prune / change edits (mean ``mean_edits``, at most ``max_edits``).  Chains start at
+        ``initial_tree``; ``proposal`` "cgm" appends / deletes single edits, "regrow" backtracks
+        to a uniformly chosen edit and regrows the rest, "cgm+regrow" mixes them half and half.
 
     Returns
     -------
@@ -444,7 +466,7 @@ def sample(
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
     if method != "cgm":
         for name, v, default in (("proposal", proposal, "cgm"), ("n_temperatures", n_temperatures, 1),
-                                 ("box_constraints", box_constraints, None)):
+                                 ("box_constraints", box_constraints, None), ("initial_tree", initial_tree, None)):
             if v != default:
                 raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
     if method == "pcfg":
@@ -478,7 +500,10 @@ def sample(
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
         box_constraints=box_constraints,
     )
-    config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas)
+    edit = None
+    if initial_tree is not None:
+        data, edit = _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where)
+    config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas, edit=edit)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
@@ -487,8 +512,42 @@ def sample(
     )
     seconds = time.perf_counter() - t0
     info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config),
-                proposal=proposal, betas=betas, box_constraints=box_constraints)
+                proposal=proposal, betas=betas, box_constraints=box_constraints,
+                edit=None if edit is None else dict(edit, initial_tree=repr(initial_tree)))
     return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)
+
+
+def _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where):
+    """Validate the edit prior's settings and initial tree (before anything is compiled) and
+    return the sampler's data and settings."""
+    from .data import check_X
+    from .kernels import cgm as cgm_kernel, edit as edit_kernel
+    from .priors import violates_boxes
+    from .tree import Tree
+
+    if tuple(move_probs) != CGM_MOVE_PROBS:
+        raise ValueError(f"{where}move_probs does not apply with initial_tree (the edit prior fixes its moves).")
+    try:
+        edit_kernel.EditConfig(model["prior"].max_depth, mean_edits=mean_edits, max_edits=max_edits)
+    except (ValueError, TypeError) as e:
+        raise ValueError(where + str(e)) from None
+    Xv, _ = check_X(X, estimator=where.rstrip(": "))
+    tree = edit_kernel.initial_tree_from(
+        initial_tree, X=Xv, bins=model["train_bins"], thresholds=model["grid"].thresholds,
+        max_depth=model["prior"].max_depth, where=where,
+    )
+    tree = Tree(*(jnp.asarray(a) for a in tree))
+    config = cgm_kernel.CGMConfig(model["prior"].max_depth, model["prior"].min_leaf_size)
+    with jax.disable_jit():
+        plain = cgm_kernel._score(tree, data._replace(box_side=None), config, 1.0)
+        if not np.isfinite(float(plain.log_prior)):
+            raise ValueError(
+                f"{where}initial_tree is outside the prior's support: some split leaves a child with fewer than "
+                f"min_leaf_size={model['prior'].min_leaf_size} training rows (or no valid cut is left at a node)."
+            )
+        if data.box_side is not None and bool(violates_boxes(tree, data.box_side)):
+            raise ValueError(f"{where}initial_tree splits inside one of the box_constraints.")
+    return edit_kernel.EditData(data, tree), dict(mean_edits=float(mean_edits), max_edits=int(max_edits))
 
 
 def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, move_probs, warmup_move_probs,

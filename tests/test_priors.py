@@ -47,3 +47,46 @@ def test_invalid_rule_has_zero_prior(toy_data):
     assert np.isneginf(float(init(None, data, CGMConfig.from_prior(prior), t).log_prior))
     ok = Tree(*(jnp.asarray(a) for a in from_string("x0<=2.5(L,L)", grid.thresholds, 2)))
     assert np.isfinite(float(init(None, data, CGMConfig.from_prior(prior), ok).log_prior))
+
+
+@pytest.mark.parametrize("min_leaf_size,n_values", [(1, 5), (3, 5), (3, None)])
+def test_node_bounds_equal_per_node_masked_bounds(min_leaf_size, n_values):
+    """Every node's bounds (per-node bin histograms when features have few bins, a grouped sort
+    per level otherwise) equal one masked pass per node, on random trees of heavily tied bins
+    (where order statistics are easy to get wrong) and of continuous features; so do the bounds
+    that regrowing a subtree returns."""
+    from bdtree_jax.priors import mask_bounds, node_bounds, node_stats, regrow_subtree
+
+    rng = np.random.default_rng(1)
+    n = 100
+    X = rng.integers(0, n_values, size=(n, 3)).astype(float) if n_values else rng.normal(size=(n, 3))
+    prior = TreePrior(max_depth=4, alpha=0.99, beta=0.0, min_leaf_size=min_leaf_size)
+    lik = DirichletMultinomial(2)
+    grid = make_split_grid(X)
+    data = make_tree_data(grid.bin(X), rng.integers(0, 2, n), prior, lik)
+    assert (data.bin_onehot is None) == (n_values is None or min_leaf_size == 1)
+    state = init(None, data, CGMConfig.from_prior(prior))
+    regrow = jax.jit(lambda s, node, u, data: regrow_subtree(s.tree, s.leaf_id, s.lo, s.hi, node, u, data,
+                                                            min_leaf_size))
+    score = jax.jit(lambda tree, data: init(None, data, CGMConfig.from_prior(prior), tree))
+    per_node = jax.jit(jax.vmap(lambda mask, data: mask_bounds(mask, data, min_leaf_size), in_axes=(0, None)))
+    for seed in range(6):
+        u = jax.random.uniform(jax.random.PRNGKey(seed), (31, 3))
+        node = jnp.int32(0) if seed < 3 else jnp.int32(int(np.flatnonzero(np.asarray(state.tree.is_split))[-1]))
+        tree, leaf_id, lo_new, hi_new = regrow(state, node, u, data)
+        state = score(tree, data)
+        assert int(tree.is_split.sum()) >= 2  # a real tree, not the stump
+        # regrowing also returns the new tree's leaves and bounds (seeds >= 3: below the root)
+        np.testing.assert_array_equal(leaf_id, state.leaf_id)
+        np.testing.assert_array_equal(lo_new, state.lo)
+        np.testing.assert_array_equal(hi_new, state.hi)
+        lo, hi = state.lo, state.hi  # node_bounds of the rescored tree
+        depth = np.asarray([int(np.log2(i + 1)) for i in range(31)])
+        leaf = np.asarray(leaf_id)
+        masks = np.stack([
+            (((leaf + 1) >> np.maximum(depth[leaf] - depth[node], 0)) - 1 == node) & (depth[leaf] >= depth[node])
+            for node in range(31)
+        ])
+        lo_ref, hi_ref = per_node(jnp.asarray(masks), data)
+        np.testing.assert_array_equal(lo, lo_ref)
+        np.testing.assert_array_equal(hi, hi_ref)

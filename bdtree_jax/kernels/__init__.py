@@ -1,6 +1,6 @@
 """Sampling kernels, one module per algorithm."""
 
-from . import cgm, rjhmc
+from . import cgm, edit, regrow, rjhmc, tempering
 from .base import SamplingAlgorithm
 
-__all__ = ["cgm", "rjhmc", "SamplingAlgorithm"]
+__all__ = ["cgm", "edit", "regrow", "rjhmc", "tempering", "SamplingAlgorithm"]

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import regrow_subtree
+from ..priors import regrow_subtree, subtree_sums
 from ..tree import active_nodes
 from . import cgm
 from .base import SamplingAlgorithm
@@ -70,8 +70,10 @@ def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: Re
     active = active_nodes(state.tree)
     d_old = active.sum()
     node = cgm._pick(active, u_node)
-    tree, _ = regrow_subtree(state.tree, state.leaf_id, node, sub, data, config.min_leaf_size)
-    proposed = cgm._score(tree, data, config.cgm, state.beta)
+    tree, leaf_id, lo, hi = regrow_subtree(state.tree, state.leaf_id, state.lo, state.hi, node, sub, data,
+                                           config.min_leaf_size)
+    stats = subtree_sums(data.point_stats, leaf_id, tree.is_split.shape[0])
+    proposed = cgm._with_scores(tree, leaf_id, stats, lo, hi, data, state.beta)
     d_new = active_nodes(tree).sum()
     log_ratio = state.beta * (proposed.log_lik - state.log_lik) + jnp.log(d_old) - jnp.log(d_new)
     log_ratio = jnp.where(jnp.isfinite(proposed.log_prior) & ~jnp.isnan(log_ratio), log_ratio, -jnp.inf)

@@ -55,7 +55,8 @@ def tempered(algorithm: SamplingAlgorithm, betas: tuple, vectorized: bool = Fals
 
     The base state must be a NamedTuple with fields ``beta`` and ``log_lik`` (untempered); its
     ``step`` must target ``p(T) L(T)^beta``.  The tempered state is the base state with a leading
-    rung axis ``(R, ...)``.
+    axis ``(R, ...)`` of chains; a swap exchanges two chains' ``beta`` (not their states), so the
+    cold chain is whichever holds ``beta == 1`` and is the one recorded.
     """
     betas = tuple(float(b) for b in betas)
     if len(betas) < 2 or betas[0] != 1.0 or any(not 0 < b <= 1 for b in betas):
@@ -76,23 +77,32 @@ def tempered(algorithm: SamplingAlgorithm, betas: tuple, vectorized: bool = Fals
 
     def step_fn(randomness, states, data):
         base, (u_pair, u_accept) = randomness
+        cold_before = _holder(states.beta, 0)
         if vectorized:
             states, infos = jax.vmap(algorithm.step, in_axes=(0, 0, None))(base, states, data)
         else:
             states, infos = jax.lax.map(lambda a: algorithm.step(a[0], a[1], data), (base, states))
+        # Swap temperature levels i < j: the states stay where they are and exchange their
+        # inverse temperatures (equivalent to exchanging the states, without copying them).
         i, j = _pair(u_pair, R)
+        beta_arr = jnp.asarray(betas, jnp.float32)
+        at_i, at_j = _holder(states.beta, i), _holder(states.beta, j)
         log_lik = states.log_lik
-        log_ratio = (states.beta[i] - states.beta[j]) * (log_lik[j] - log_lik[i])
+        log_ratio = (beta_arr[i] - beta_arr[j]) * (log_lik[at_j] - log_lik[at_i])
         accept = jnp.log(u_accept) < jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
-        perm = jnp.arange(R).at[i].set(jnp.where(accept, j, i)).at[j].set(jnp.where(accept, i, j))
-        swapped = jax.tree.map(lambda a: a[perm], states)
-        swapped = swapped._replace(beta=states.beta)  # temperatures stay with their rungs
-        return swapped, (infos, i * R + j, accept)
+        beta = states.beta.at[at_i].set(jnp.where(accept, beta_arr[j], beta_arr[i]))
+        beta = beta.at[at_j].set(jnp.where(accept, beta_arr[i], beta_arr[j]))
+        return states._replace(beta=beta), (infos, i * R + j, accept, cold_before)
+
+    def _holder(beta, level):
+        """Index of the state currently at temperature ``level``."""
+        return jnp.argmax(beta == jnp.asarray(betas, jnp.float32)[level])
 
     def trace_fn(states, info):
-        infos, pair, accept = info
-        cold = jax.tree.map(lambda a: a[0], states)
-        cold_info = jax.tree.map(lambda a: a[0], infos)
+        infos, pair, accept, cold_before = info
+        # the cold state after the swap, and the info of the move made at temperature 1
+        cold = jax.tree.map(lambda a: a[_holder(states.beta, 0)], states)
+        cold_info = jax.tree.map(lambda a: a[cold_before], infos)
         out = dict(algorithm.trace(cold, cold_info))
         out["swap_pair"] = pair.astype(jnp.int32)
         out["swap_accepted"] = accept

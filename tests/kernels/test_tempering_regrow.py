@@ -174,7 +174,8 @@ def test_regrow_from_root_draws_from_the_prior(toy_data):
     n_slots = stump.tree.is_split.shape[0]
     keys = jax.random.split(jax.random.key(0), 40_000)
     draws = jax.jit(jax.vmap(lambda k: regrow_subtree(
-        stump.tree, stump.leaf_id, jnp.int32(0), jax.random.uniform(k, (n_slots, 3)), data, 2)[0]))(keys)
+        stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0), jax.random.uniform(k, (n_slots, 3)), data, 2)[0]
+    ))(keys)
     counts = collections.Counter(
         to_string(Tree(*(np.asarray(a[i]) for a in draws)), grid.thresholds) for i in range(len(keys))
     )
