@@ -108,7 +108,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         "cgm": grow / prune / change / swap; "regrow": prune a uniformly chosen node's subtree and
         regrow it from the prior (Angelopoulos & Cussens 2005); "cgm+regrow": one of each.
     n_temperatures : int, default 1
-        Tempering (Metropolis-coupled MCMC) with this many rungs; 1 is off.
+        Tempering (Metropolis-coupled MCMC; "cgm", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
     delta_t : float, default 0.2
         Inverse temperatures ``1 / (1 + delta_t * i)`` (MrBayes' default ladder).
     box_constraints : list of dicts or None

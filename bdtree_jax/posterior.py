@@ -316,9 +316,10 @@ class Posterior(_DrawSummaries):
         *distinct* tree once and weighting it by its visits (long MH runs revisit few trees many
         times), so memory is ``chunk x n x P`` whatever the number of draws."""
         test_bins = jnp.asarray(self._bins(X))
-        flat = self._flat_trees()
-        keys = np.concatenate([np.asarray(a).reshape(a.shape[0], -1).astype(np.int64) for a in flat], axis=1)
-        _, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+        flat = [np.asarray(a) for a in self._flat_trees()]
+        rows = np.concatenate([np.ascontiguousarray(a).reshape(a.shape[0], -1).view(np.uint8) for a in flat], axis=1)
+        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()  # one byte string per draw
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
         weights = counts / counts.sum()
         out = 0.0
@@ -326,7 +327,7 @@ class Posterior(_DrawSummaries):
             sel = np.arange(s, min(s + chunk, len(first)))
             params = _over_draws(
                 lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
-                flat, first[sel], chunk,
+                Tree(*flat), first[sel], chunk,
             )
             out = out + np.tensordot(weights[sel], params.astype(np.float64), axes=1)
         return out
@@ -840,6 +841,7 @@ class SoftTreePosterior(_DrawSummaries):
             "lp": st["log_posterior"], "log_likelihood_hfinal": st["log_lik"], "log_prior": st["log_prior"],
             "accepted": st["accepted"], "move": st["move"], "step_size": st["step_size"],
             "acceptance_rate": st["nuts_accept"], "n_steps": st["nuts_grads"], "diverging": st["diverging"] > 0,
+            **{k: st[k] for k in _TEMPERING_STATS if k in st},
         }
         groups = {"posterior": posterior, "sample_stats": sample_stats}
         dims = {}
@@ -876,6 +878,7 @@ class SoftTreePosterior(_DrawSummaries):
 
 _SOFT_STATS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move", "log_alpha", "step_size",
                "nuts_accept", "nuts_grads", "diverging")
+_TEMPERING_STATS = ("swap_pair", "swap_accepted")  # tempered runs: the swap proposed / accepted per iteration
 
 
 def soft_posterior_from_traces(traces: dict, num_warmup: int, **model) -> SoftTreePosterior:
@@ -884,8 +887,9 @@ def soft_posterior_from_traces(traces: dict, num_warmup: int, **model) -> SoftTr
              "feature": np.asarray(traces["feature"][:, num_warmup:])}
     for name, v in traces["params"].items():
         draws[name] = np.asarray(v[:, num_warmup:])
-    stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in _SOFT_STATS}
+    names = [k for k in _SOFT_STATS + _TEMPERING_STATS if k in traces]
+    stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in names}
     stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
-    warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in _SOFT_STATS}
+    warm = {k: np.asarray(traces[k][:, :num_warmup]) for k in names}
     warm["log_posterior"] = warm["log_lik"] + warm["log_prior"]
     return SoftTreePosterior(draws=draws, stats=stats, warmup_stats=warm, **model)

@@ -425,9 +425,10 @@ def sample(
     proposal : method="cgm": "cgm" (grow / prune / change / swap), "regrow" (prune a uniformly
         chosen node's subtree and regrow it from the prior; :mod:`bdtree_jax.kernels.regrow`) or
         "cgm+regrow" (one of each per iteration).
-    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC, method="cgm"): ``n_temperatures``
-        rungs with inverse temperatures ``1 / (1 + delta_t * i)``; a swap between two random rungs
-        is proposed after every iteration and only the cold rung is kept.  1 = off.
+    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; every method but "pcfg"):
+        ``n_temperatures`` rungs with inverse temperatures ``1 / (1 + delta_t * i)`` (each targets
+        prior x likelihood**beta); a swap between two random rungs is proposed after every
+        iteration and only the cold rung is kept.  1 = off.
     box_constraints : method="cgm": regions of feature space declared to have a constant response
         distribution, as a list of dicts ``{feature: (low, high)}`` (column name or index; ``None``
         or ``±inf`` for an open side).  The prior is conditioned on no rule cutting through a box
@@ -465,9 +466,12 @@ def sample(
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
     if method != "cgm":
-        for name, v, default in (("proposal", proposal, "cgm"), ("n_temperatures", n_temperatures, 1),
-                                 ("box_constraints", box_constraints, None), ("initial_tree", initial_tree, None)):
-            if v != default:
+        options = (("proposal", proposal, "cgm"), ("box_constraints", box_constraints, None),
+                   ("initial_tree", initial_tree, None))
+        if method == "pcfg":  # exact draws: nothing to temper
+            options += (("n_temperatures", n_temperatures, 1),)
+        for name, v, default in options:
+            if v is not default and v != default:
                 raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
     if method == "pcfg":
         return _sample_pcfg(
@@ -483,6 +487,7 @@ def sample(
             concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, num_warmup=num_warmup,
             num_samples=num_samples, num_chains=num_chains, seed=seed, progress=progress, checkpoint=checkpoint,
             block_size=block_size, h_init=h_init, h_final=h_final, schedule=schedule, leg_steps=leg_steps,
+            n_temperatures=n_temperatures, delta_t=delta_t,
         )
     if warmup_move_probs is not None:
         raise ValueError(f"{where}warmup_move_probs is an RJHMC option; method={method!r} does not use it.")
@@ -552,11 +557,12 @@ def _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, 
 
 def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, move_probs, warmup_move_probs,
                   concentration, nu, lam, a, mu_bar, num_warmup, num_samples, num_chains, seed, progress,
-                  checkpoint, block_size, h_init, h_final, schedule, leg_steps):
+                  checkpoint, block_size, h_init, h_final, schedule, leg_steps, n_temperatures=1, delta_t=0.2):
     """RJHMC-Tree (HMC-DF / HMC-DFI) behind :func:`sample`; returns a SoftTreePosterior."""
     import time
 
     from .data import check_classification_y, check_regression_y, check_X
+    from .kernels import tempering
     from .kernels.rjhmc import RJHMCConfig, rjhmc
     from .posterior import soft_posterior_from_traces
     from .soft import minmax_scaler
@@ -566,6 +572,10 @@ def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, 
         raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
     if min_leaf_size != 1:
         raise ValueError(f"{where}min_leaf_size is not defined for soft trees ({method}); leave it at 1.")
+    try:
+        betas = tempering.ladder(n_temperatures, delta_t)
+    except ValueError as e:
+        raise ValueError(where + str(e)) from None
     for name, v in (("nu", nu), ("lam", lam), ("a", a)):
         if v is not None:
             raise ValueError(f"{where}{name} belongs to CGM's conjugate leaf prior; {method} does not use it.")
@@ -596,14 +606,18 @@ def _sample_rjhmc(X, y, *, task, method, max_depth, alpha, beta, min_leaf_size, 
     except (ValueError, TypeError) as e:
         raise ValueError(where + str(e).removeprefix("RJHMCConfig: ")) from None
     data = {"X": jnp.asarray(Xs), "y": jnp.asarray(train_y)}
+    algorithm = rjhmc(config)
+    if len(betas) > 1:
+        algorithm = tempering.tempered(algorithm, tuple(betas))
     t0 = time.perf_counter()
     traces, _ = run_chains(
-        rjhmc(config), data, key=jax.random.key(seed), num_chains=num_chains,
+        algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
         num_iterations=num_warmup + num_samples, block_size=block_size, progress=progress,
-        checkpoint=checkpoint, fingerprint=(method, config), description=method,
+        checkpoint=checkpoint, fingerprint=(method, config, tuple(betas)), description=method,
     )
     seconds = time.perf_counter() - t0
-    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config))
+    info = dict(seed=seed, num_warmup=num_warmup, num_samples=num_samples, seconds=seconds, config=repr(config),
+                betas=betas)
     return soft_posterior_from_traces(
         traces, num_warmup, config=config, x_min=x_min, x_range=x_range, task=task, classes=classes,
         feature_names=names if names is not None else [f"x{f}" for f in range(Xv.shape[1])],

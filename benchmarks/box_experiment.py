@@ -44,9 +44,9 @@ Design
   a split of its right child to be on x2 in [3.5, 4.5], and so on.  The script checks that every
   box lies inside its leaf, i.e. that the true tree respects them.  Note that conditioning the
   prior on the boxes removes competing trees but does not make the true splits cheaper (a valid
-  tree keeps its unconstrained prior probability, up to the normalising constant), and that our
-  sampler enforces the boxes by rejecting proposals that cut one, so with restrictive boxes it
-  moves less often (see the acceptance rates).
+  tree keeps its unconstrained prior probability, up to the normalising constant).  The regrow
+  proposal redraws a subtree that cuts a box (up to 32 times; exact, see
+  :mod:`bdtree_jax.kernels.regrow`); CGM's local moves reject a rule that cuts one.
 * Prior and sampler: ``alpha = 0.95``, ``beta = 1``, Dirichlet concentration 1,
   ``min_leaf_size = 5``, ``max_depth = 6`` (``--max-depth``); proposal ``"regrow"`` (the
   paper's q_uc, ``--proposal``); one chain per seed (``--seeds``, default 0 1 2) of

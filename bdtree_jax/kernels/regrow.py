@@ -15,8 +15,16 @@ for the target ``p(T) L(T)^β``::
 
     r = (p(T') L(T')^β q(T | T')) / (p(T) L(T)^β q(T' | T)) = (d_T / d_T') (L(T') / L(T))^β
 
-— the paper's ``α_uc``.  With box constraints the target prior is ``p(T) 1[T respects the
-boxes]``: a proposal that cuts a box is rejected (the ratio above times ``1[T' ok]``).
+— the paper's ``α_uc``.
+
+**Box constraints.**  The target prior is then ``p(T) 1[T respects the boxes]``.  Whether a
+regrown tree respects them depends only on the new subtree and its root's region, which the
+forward and the reverse move share; so the subtree is redrawn until it respects the boxes (up to
+``max_attempts`` draws; if all fail the step stays).  The proposal becomes
+``p_η(S') 1[S' ok] c_η / d_T`` with ``c_η = (1 - (1 - Z_η)^A) / Z_η`` (``Z_η`` the prior mass
+of valid subtrees at ``η``, ``A`` the attempts) the same in both directions, so the ratio above
+is unchanged -- and the chain does not stall on proposals that cut a box, as plain rejection
+would (a subtree drawn from the prior at the root cuts some box most of the time).
 Different ``η`` that produce the same ``T'`` are separate moves of a mixture, each reversible on
 its own, so no sum over ``η`` is needed.
 """
@@ -31,7 +39,7 @@ import jax.numpy as jnp
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import regrow_subtree, subtree_sums
+from ..priors import regrow_subtree, subtree_sums, violates_boxes
 from ..tree import active_nodes
 from . import cgm
 from .base import SamplingAlgorithm
@@ -42,22 +50,24 @@ __all__ = ["RegrowConfig", "draw", "step", "step_with_uniforms", "regrow", "with
 @dataclass(frozen=True)
 class RegrowConfig:
     """Static configuration: ``max_depth``, ``min_leaf_size`` and the recorded trees' integer
-    types (as :class:`~bdtree_jax.kernels.cgm.CGMConfig`)."""
+    types (as :class:`~bdtree_jax.kernels.cgm.CGMConfig`); ``max_attempts``: draws of the
+    subtree until one respects the box constraints (used only when the data have boxes)."""
 
     max_depth: int
     min_leaf_size: int = 1
     trace_dtypes: tuple = ("int32", "int32")
+    max_attempts: int = 32
 
     @property
     def cgm(self) -> cgm.CGMConfig:
         return cgm.CGMConfig(self.max_depth, self.min_leaf_size, trace_dtypes=self.trace_dtypes)
 
 
-def draw(key: PRNGKey, max_depth: int) -> tuple[Array, Array]:
-    """The randomness of one step: (2,) uniforms (node, accept) and (N, 3) for the regrown
-    subtree (split?, feature, cut per heap slot)."""
-    k1, k2 = jax.random.split(key)
-    return jax.random.uniform(k1, (2,)), jax.random.uniform(k2, (2 ** (max_depth + 1) - 1, 3))
+def draw(key: PRNGKey, max_depth: int) -> tuple[Array, Array, PRNGKey]:
+    """The randomness of one step: (2,) uniforms (node, accept), (N, 3) for the regrown subtree
+    (split?, feature, cut per heap slot) and a key for redraws (box constraints only)."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    return jax.random.uniform(k1, (2,)), jax.random.uniform(k2, (2 ** (max_depth + 1) - 1, 3)), k3
 
 
 def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: RegrowConfig):
@@ -66,12 +76,24 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: RegrowConfig
 
 def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: RegrowConfig):
     """One prune-and-regrow MH step; the state and info types are CGM's (``info.move`` is 0)."""
-    (u_node, u_accept), sub = uniforms
+    (u_node, u_accept), sub, redraw_key = uniforms
     active = active_nodes(state.tree)
     d_old = active.sum()
     node = cgm._pick(active, u_node)
-    tree, leaf_id, lo, hi = regrow_subtree(state.tree, state.leaf_id, state.lo, state.hi, node, sub, data,
-                                           config.min_leaf_size)
+
+    def attempt(u):
+        return regrow_subtree(state.tree, state.leaf_id, state.lo, state.hi, node, u, data, config.min_leaf_size)
+
+    new = attempt(sub)
+    if data.box_side is not None and config.max_attempts > 1:
+        def again(carry):
+            a, _ = carry
+            return a + 1, attempt(jax.random.uniform(jax.random.fold_in(redraw_key, a), sub.shape))
+
+        _, new = jax.lax.while_loop(
+            lambda c: (c[0] < config.max_attempts) & violates_boxes(c[1][0], data.box_side), again, (1, new)
+        )
+    tree, leaf_id, lo, hi = new
     stats = subtree_sums(data.point_stats, leaf_id, tree.is_split.shape[0])
     proposed = cgm._with_scores(tree, leaf_id, stats, lo, hi, data, state.beta)
     d_new = active_nodes(tree).sum()

@@ -56,6 +56,7 @@ from numpyro.infer.hmc_util import (
     warmup_adapter,
 )
 from numpyro.infer.util import log_density, potential_energy
+from numpyro.primitives import Messenger
 
 from .. import numpyro as bdnp
 from ..soft import annealed_h, annealing_window, leaf_mask, n_split_slots, stump
@@ -174,7 +175,9 @@ class RJHMCState(NamedTuple):
     z : (P,) float32 unconstrained continuous parameters (all padded slots), raveled.
     adapt : NumPyro ``HMCAdaptState`` of the global adaptation ("fast").
     nuts_t : () int32 NUTS transitions done (drives adaptation and the h schedule).
-    log_lik, log_prior : () float32 at h_final for the current state.
+    log_lik, log_prior : () float32 at h_final for the current state (log_lik untempered).
+    beta : () float32 inverse temperature: the chain targets ``p(T, x) p(y | T, x)**beta``
+        (1 unless run by :func:`~bdtree_jax.kernels.tempering.tempered`).
     """
 
     iteration: Any
@@ -185,6 +188,19 @@ class RJHMCState(NamedTuple):
     nuts_t: Any
     log_lik: Any
     log_prior: Any
+    beta: Any = 1.0
+
+
+class _temper(Messenger):
+    """Scale the log density of the likelihood's observed sites by ``beta`` (tempering)."""
+
+    def __init__(self, fn, beta):
+        self.beta = beta
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["is_observed"] and msg["name"] not in (TOPOLOGY, FEATURE):
+            msg["scale"] = self.beta if msg["scale"] is None else msg["scale"] * self.beta
 
 
 TOPOLOGY, FEATURE = "tree_topology", "tree_feature"
@@ -219,12 +235,13 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         """The Gibbs sites every model evaluation is conditioned on."""
         return {TOPOLOGY: is_split, **({FEATURE: feature} if has_feature(data) else {})}
 
-    def make_pe(data, unravel, is_split, feature, h):
+    def make_pe(data, unravel, is_split, feature, h, beta):
         args = (data["X"], data["y"])
         kwargs = {"h": h, GIBBS_SITES_KWARG: conditioning(data, is_split, feature)}
+        tempered = _temper(model, beta)
 
         def pe(z):
-            return potential_energy(model, args, kwargs, unravel(z))
+            return potential_energy(tempered, args, kwargs, unravel(z))
 
         return pe
 
@@ -264,7 +281,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         new = IntegratorState(tree.z_proposal, r, tree.z_proposal_pe, tree.z_proposal_grad)
         return new, accept_prob, tree.num_proposals, tree.diverging
 
-    def leg(key, data, unravel, is_split, feature, z, adapt, t, *, n_steps, num_adapt, window, wa_update):
+    def leg(key, data, unravel, is_split, feature, z, adapt, t, beta, *, n_steps, num_adapt, window, wa_update):
         """``G (N G)^n_steps`` at topology ``is_split``; adapts while ``t < num_adapt``."""
         n_features = data["X"].shape[1]
 
@@ -274,7 +291,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         def gibbs(key, feature, z, h):
             if not has_feature(data) or n_features == 1:  # nothing to sweep
                 return feature
-            pe_of = lambda f: make_pe(data, unravel, is_split, f, h)(z)  # noqa: E731
+            pe_of = lambda f: make_pe(data, unravel, is_split, f, h, beta)(z)  # noqa: E731
             feature, _ = bdnp.feature_sweep(key, feature, is_split, n_features, pe_of, pe_of(feature))
             return feature
 
@@ -285,7 +302,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             feature, z, adapt, t, acc, steps, div = carry
             h = h_at(t)
             k_nuts, k_gibbs = jax.random.split(keys[i + 1])
-            pe_fn = make_pe(data, unravel, is_split, feature, h)
+            pe_fn = make_pe(data, unravel, is_split, feature, h, beta)
             new, accept_prob, n_grad, diverging = nuts(k_nuts, z, pe_fn, adapt)
             if num_adapt > 0:
                 adapt = jax.lax.cond(
@@ -302,22 +319,22 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     fast_window = annealing_window(config.num_adapt_steps) if config.num_adapt_steps > 0 else (0, 1)
     paper_window = annealing_window(config.leg_warmup)
 
-    def run_leg(key, data, unravel, is_split, feature, z, adapt, t):
+    def run_leg(key, data, unravel, is_split, feature, z, adapt, t, beta):
         if config.schedule == "fast":
             _, wa_update = adapter(max(config.num_adapt_steps, 1))
             return leg(
-                key, data, unravel, is_split, feature, z, adapt, t, n_steps=config.leg_steps,
+                key, data, unravel, is_split, feature, z, adapt, t, beta, n_steps=config.leg_steps,
                 num_adapt=config.num_adapt_steps, window=fast_window, wa_update=wa_update,
             )
         # paper: fresh adaptation for leg_warmup steps from step size 1 (NumPyro's NUTS defaults,
         # as the reference: no step-size heuristic), then one draw
         k_init, k_leg = jax.random.split(key)
-        pe0 = make_pe(data, unravel, is_split, feature, config.h_init)
+        pe0 = make_pe(data, unravel, is_split, feature, config.h_init, beta)
         wa_init, wa_update = adapter(config.leg_warmup)
         pe, grad = jax.value_and_grad(pe0)(z)
         local = wa_init(IntegratorState(z, None, pe, grad), k_init, 1.0, mass_matrix_size=z.shape[0])
         feature, z, _, _, info = leg(
-            k_leg, data, unravel, is_split, feature, z, local, jnp.int32(0), n_steps=config.leg_warmup + 1,
+            k_leg, data, unravel, is_split, feature, z, local, jnp.int32(0), beta, n_steps=config.leg_warmup + 1,
             num_adapt=config.leg_warmup, window=paper_window, wa_update=wa_update,
         )
         return feature, z, adapt, t + config.leg_warmup + 1, info
@@ -363,12 +380,12 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         if has_feature(data):
             feature = jax.random.randint(k_feat, (M,), 0, n_features)
         z = refresh(k_ref, data, names, transforms, unravel, z, is_split, feature)
-        pe0 = make_pe(data, unravel, is_split, feature, config.h_init)
+        pe0 = make_pe(data, unravel, is_split, feature, config.h_init, 1.0)
         wa_init, _ = adapter(max(config.num_adapt_steps, 1), heuristic(pe0))
         pe, grad = jax.value_and_grad(pe0)(z)
         adapt = wa_init(IntegratorState(z, None, pe, grad), k_ss, 1.0, mass_matrix_size=z.shape[0])
         log_lik, log_prior = log_terms(data, unravel, transforms, z, is_split, feature)
-        return RJHMCState(jnp.int32(0), is_split, feature, z, adapt, jnp.int32(0), log_lik, log_prior)
+        return RJHMCState(jnp.int32(0), is_split, feature, z, adapt, jnp.int32(0), log_lik, log_prior, jnp.float32(1.0))
 
     def step(key, state, data):
         names, transforms, _, unravel, _ = layout(data)
@@ -385,11 +402,12 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         log_q = jnp.where(topo, prop.log_q_ratio, 0.0)
         new_split = jnp.where(topo, prop.is_split, is_split)
 
-        f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t)
+        beta = state.beta
+        f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
         z_star = jnp.where(topo, swap_leaf_sites(unravel, z1, prop.node), z1)
-        f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f1, z_star, adapt, t)
+        f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f1, z_star, adapt, t, beta)
 
-        U = lambda z, s, f: make_pe(data, unravel, s, f, h_final)(z)  # noqa: E731
+        U = lambda z, s, f: make_pe(data, unravel, s, f, h_final, beta)(z)  # noqa: E731
         log_unbiased = U(z1, is_split, f1) - U(z_star, new_split, f1) + log_q
         log_biased = U(z0, is_split, feature) - U(z2, new_split, f2) + log_q
         log_alpha = jnp.where(warm, log_biased, log_unbiased)
@@ -401,7 +419,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         z = jnp.where(accepted, z2, z0)
         log_lik, log_prior = log_terms(data, unravel, transforms, z, is_split, feature)
         move = jnp.where(topo, jnp.where(prop.grow, 0, 1), 2).astype(jnp.int8)
-        new_state = RJHMCState(state.iteration + 1, is_split, feature, z, adapt, t, log_lik, log_prior)
+        new_state = RJHMCState(state.iteration + 1, is_split, feature, z, adapt, t, log_lik, log_prior, beta)
         info = dict(
             accepted=accepted, move=move, log_alpha=jnp.minimum(log_alpha, 0.0).astype(jnp.float32),
             nuts_accept=(info1[0] + info2[0]) / 2, nuts_grads=info1[1] + info2[1], diverging=info1[2] + info2[2],

@@ -3,15 +3,22 @@ state carries an inverse temperature ``beta`` and its untempered ``log_lik``.
 
 A ladder of inverse temperatures ``β_1 = 1 > β_2 > ... > β_R`` (default MrBayes'
 ``β_i = 1 / (1 + ΔT (i - 1))``, 4 rungs, ``ΔT = 0.2``); rung ``i`` targets
-``p(T) L(T)^{β_i}``.  One iteration advances every rung by one step of the base kernel (rungs are
-``vmap``-ped: one program) and then proposes to exchange the states of two rungs ``i != j`` chosen
-uniformly at random, accepted with probability (Angelopoulos & Cussens 2005, §5)::
+``p(T) L(T)^{β_i}``.  One iteration advances every chain by one step of the base kernel at its
+current temperature (``lax.map`` over the chains on CPU, ``vmap`` on accelerators) and then
+proposes to exchange two temperature levels ``i != j`` chosen uniformly at random, accepted with
+probability (Angelopoulos & Cussens 2005, §5)::
 
     min(1, (L(T_j) / L(T_i))^{β_i - β_j})
 
-(the priors cancel because only the likelihood is tempered).  Temperatures stay with their rungs;
-states move.  Only the cold rung (``β = 1``) is recorded, plus which pair was proposed and whether
-the swap was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``).
+(the priors cancel because only the likelihood is tempered).  An accepted swap exchanges the two
+chains' ``beta`` rather than their states -- the same Markov chain on (temperature -> state)
+without copying states; a kernel with per-chain adaptation (RJHMC's step size) keeps it.  Only
+the chain at ``β = 1`` is recorded, plus which pair of levels was proposed and whether the swap
+was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``).
+
+Wrapped kernels: CGM, prune-and-regrow and their mix (:mod:`~bdtree_jax.kernels.regrow`), the
+edit prior (:mod:`~bdtree_jax.kernels.edit`) and RJHMC-Tree (:mod:`~bdtree_jax.kernels.rjhmc`,
+whose legs and acceptance use the tempered potential).
 """
 
 from __future__ import annotations

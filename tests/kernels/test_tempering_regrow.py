@@ -184,3 +184,24 @@ def test_regrow_from_root_draws_from_the_prior(toy_data):
     exact = {s: float(np.exp(lp)) for s, lp, _ in trees}
     assert abs(sum(exact.values()) - 1) < 1e-9
     assert set(freqs) <= set(exact) and tv_distance(freqs, exact) <= 0.02
+
+
+def test_sampler_option_errors(toy_data):
+    """Options a method does not use, and bad ladders, are named before anything compiles."""
+    import bdtree_jax as bd
+
+    X, y, _ = toy_data
+    kw = dict(num_warmup=1, num_samples=1, num_chains=1, progress=False)
+    with pytest.raises(ValueError, match="n_temperatures is an option of method='cgm'"):
+        bd.sample(X, y, method="pcfg", n_temperatures=2, **kw)
+    with pytest.raises(ValueError, match="proposal is an option of method='cgm'"):
+        bd.sample(X, y, method="hmc-df", proposal="regrow", **kw)
+    with pytest.raises(ValueError, match="box_constraints is an option"):
+        bd.sample(X, y, method="hmc-dfi", box_constraints=[{0: (1, 2)}], **kw)
+    for method in ("cgm", "hmc-df"):
+        with pytest.raises(ValueError, match="n_temperatures must be an integer >= 1"):
+            bd.sample(X, y, method=method, n_temperatures=0, **kw)
+        with pytest.raises(ValueError, match="delta_t must be a finite number > 0"):
+            bd.sample(X, y, method=method, n_temperatures=2, delta_t=float("nan"), **kw)
+    with pytest.raises(ValueError, match="proposal must be one of"):
+        bd.sample(X, y, proposal="gibbs", **kw)
