@@ -16,10 +16,10 @@ from scipy.special import gammaln, logsumexp
 from .data import make_split_grid
 from .likelihoods import DirichletMultinomial, NormalMeanShift
 from .priors import TreePrior
-from .tree import _fmt
+from .tree import Tree, _fmt, distinct_trees, to_string
 
 __all__ = [
-    "enumerate_trees", "enumerate_posterior", "tv_distance", "topology_string", "soft_topology_posterior",
+    "enumerate_trees", "enumerate_posterior", "tree_frequencies", "tv_distance", "topology_string", "soft_topology_posterior",
     "dm_log_lik", "gaussian_leaf_log_lik", "enumerate_pcfg_trees", "enumerate_pcfg_posterior",
     "enumerate_edit_prior", "enumerate_edit_posterior",
 ]
@@ -188,6 +188,18 @@ def enumerate_pcfg_posterior(X, point_stats, likelihood, **kw) -> dict[str, floa
     w = np.array([w for _, w, _ in all_trees])
     probs = np.exp(w - logsumexp(w))
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
+
+
+def tree_frequencies(trees: Tree, thresholds: np.ndarray) -> dict[str, float]:
+    """Visit frequencies ``{tree string: frequency}`` of sampled trees (a Tree of (..., N) arrays,
+    any leading axes), to compare with the exact distributions above (:func:`tv_distance`)."""
+    flat = Tree(*(np.asarray(a).reshape(-1, np.shape(a)[-1]) for a in trees))
+    first, _, counts = distinct_trees(flat)
+    out: dict[str, float] = {}
+    for i, c in zip(first, counts):  # distinct heaps can print alike (e.g. unused padded slots)
+        name = to_string(Tree(*(a[i] for a in flat)), thresholds)
+        out[name] = out.get(name, 0.0) + c / counts.sum()
+    return out
 
 
 def tv_distance(p: dict, q: dict) -> float:

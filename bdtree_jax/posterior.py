@@ -15,7 +15,7 @@ import numpy as np
 from .data import SplitGrid, check_X
 from .likelihoods import DirichletMultinomial
 from .priors import TreePrior
-from .tree import Tree, _fmt, leaf_index, leaf_nodes, plot_tree, to_string, tree_text
+from .tree import Tree, _fmt, distinct_trees, leaf_index, leaf_nodes, plot_tree, to_string, tree_text
 
 __all__ = ["Posterior", "PCFGPosterior", "SoftTreePosterior"]
 
@@ -225,15 +225,9 @@ class Posterior(_DrawSummaries):
     @functools.cached_property
     def _strings(self) -> list[str]:
         flat = self._flat_trees()
-        cache: dict = {}
-        out = []
-        for i in range(flat.is_split.shape[0]):
-            t = Tree(flat.is_split[i], flat.feature[i], flat.cut[i])
-            k = (t.is_split.tobytes(), t.feature.tobytes(), t.cut.tobytes())
-            if k not in cache:
-                cache[k] = to_string(t, self.grid.thresholds)
-            out.append(cache[k])
-        return out
+        first, inverse, _ = distinct_trees(flat)
+        names = [to_string(Tree(*(np.asarray(a)[i] for a in flat)), self.grid.thresholds) for i in first]
+        return [names[k] for k in inverse]
 
     def tree_strings(self) -> list[str]:
         """One :func:`~bdtree_jax.tree.to_string` string per draw, chains concatenated."""
@@ -317,9 +311,7 @@ class Posterior(_DrawSummaries):
         times), so memory is ``chunk x n x P`` whatever the number of draws."""
         test_bins = jnp.asarray(self._bins(X))
         flat = [np.asarray(a) for a in self._flat_trees()]
-        rows = np.concatenate([np.ascontiguousarray(a).reshape(a.shape[0], -1).view(np.uint8) for a in flat], axis=1)
-        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()  # one byte string per draw
-        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        first, _, counts = distinct_trees(flat)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
         weights = counts / counts.sum()
         out = 0.0

@@ -28,6 +28,7 @@ from ._types import Array
 
 __all__ = [
     "Tree",
+    "distinct_trees",
     "empty_tree",
     "n_nodes",
     "node_depths",
@@ -226,6 +227,24 @@ def tree_depth(tree: Tree) -> Array:
 
 def _fmt(t: float) -> str:
     return format(float(t), ".10g")
+
+
+def distinct_trees(trees: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct trees among draws (byte-identical padded heaps).
+
+    trees : Tree of (D, N) arrays (D draws).
+
+    Returns
+    -------
+    first : (U,) index of each distinct tree's first draw; inverse : (D,) which distinct tree each
+    draw is; counts : (U,) draws per distinct tree.
+    """
+    rows = np.concatenate(
+        [np.ascontiguousarray(np.asarray(a)).reshape(np.shape(a)[0], -1).view(np.uint8) for a in trees], axis=1
+    )
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()  # one byte string per draw
+    _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+    return first, inverse.ravel(), counts
 
 
 def to_string(tree: Tree, thresholds: np.ndarray) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, tv_distance
+from bdtree_jax.exact import enumerate_posterior, tree_frequencies, tv_distance
 from bdtree_jax.kernels import cgm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior
@@ -22,16 +22,7 @@ CHAINS, ITERS, BURN = 16, 30_000, 500
 
 
 def _frequencies(traces, thresholds):
-    trees = Tree(*(np.asarray(a[:, BURN:]).reshape(-1, a.shape[-1]) for a in traces["tree"]))
-    counts = collections.Counter()
-    cache = {}
-    for i in range(trees.is_split.shape[0]):
-        k = (trees.is_split[i].tobytes(), trees.feature[i].tobytes(), trees.cut[i].tobytes())
-        if k not in cache:
-            cache[k] = to_string(Tree(trees.is_split[i], trees.feature[i], trees.cut[i]), thresholds)
-        counts[cache[k]] += 1
-    total = sum(counts.values())
-    return {k: v / total for k, v in counts.items()}
+    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,6 @@
 posterior (:func:`bdtree_jax.exact.enumerate_edit_posterior`), and its input checks in
 :func:`bdtree_jax.sample`."""
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,28 +9,19 @@ import pytest
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_edit_posterior, tv_distance
+from bdtree_jax.exact import enumerate_edit_posterior, tree_frequencies, tv_distance
 from bdtree_jax.kernels import edit, tempering
 from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, from_string, to_string
+from bdtree_jax.tree import Tree, from_string
 
 T0, MEAN_EDITS, MAX_EDITS = "x0<=3.5(L,L)", 1.5, 5
 CHAINS, ITERS, BURN = 16, 20_000, 500
 
 
 def _frequencies(traces, thresholds):
-    trees = Tree(*(np.asarray(a[:, BURN:]).reshape(-1, a.shape[-1]) for a in traces["tree"]))
-    keys = np.concatenate([trees.is_split, trees.feature, trees.cut], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    counts = np.bincount(inverse.ravel())
-    n = trees.is_split.shape[1]
-    names = [to_string(Tree(u[:n].astype(bool), u[n:2 * n], u[2 * n:]), thresholds) for u in uniq]
-    out = collections.Counter()
-    for name, c in zip(names, counts):
-        out[name] += c / counts.sum()
-    return dict(out)
+    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
 
 
 @pytest.mark.parametrize("regrow_prob,n_temperatures", [(0.0, 1), (1.0, 1), (0.5, 1), (0.5, 3)])

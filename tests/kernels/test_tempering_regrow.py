@@ -1,19 +1,17 @@
 """Prune-and-regrow, tempering and box constraints against exact enumeration (issue #5)."""
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tv_distance
+from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.kernels import cgm, regrow, tempering
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior, box_sides, violates_boxes
 from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, from_string, to_string
+from bdtree_jax.tree import Tree, from_string
 
 # Same budget as the CGM enumeration test: 16 chains x 30,000 iterations; on the 256-tree
 # support the Monte Carlo TV of regrow is ~0.015 there, so 0.04 fails only on real bias.
@@ -23,15 +21,7 @@ BOXES = [{"x0": (4.2, None), "x1": (None, 2.8)}, {0: (None, 1.8), 1: (5.5, 7.0)}
 
 
 def _frequencies(traces, thresholds):
-    trees = Tree(*(np.asarray(a[:, BURN:]).reshape(-1, a.shape[-1]) for a in traces["tree"]))
-    counts, cache = collections.Counter(), {}
-    for i in range(trees.is_split.shape[0]):
-        k = (trees.is_split[i].tobytes(), trees.feature[i].tobytes(), trees.cut[i].tobytes())
-        if k not in cache:
-            cache[k] = to_string(Tree(trees.is_split[i], trees.feature[i], trees.cut[i]), thresholds)
-        counts[cache[k]] += 1
-    total = sum(counts.values())
-    return {k: v / total for k, v in counts.items()}
+    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
 
 
 def _problem(toy_data, task, min_leaf_size, max_depth, boxes=None):
@@ -176,10 +166,7 @@ def test_regrow_from_root_draws_from_the_prior(toy_data):
     draws = jax.jit(jax.vmap(lambda k: regrow_subtree(
         stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0), jax.random.uniform(k, (n_slots, 3)), data, 2)[0]
     ))(keys)
-    counts = collections.Counter(
-        to_string(Tree(*(np.asarray(a[i]) for a in draws)), grid.thresholds) for i in range(len(keys))
-    )
-    freqs = {k: v / len(keys) for k, v in counts.items()}
+    freqs = tree_frequencies(draws, grid.thresholds)
     trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
     exact = {s: float(np.exp(lp)) for s, lp, _ in trees}
     assert abs(sum(exact.values()) - 1) < 1e-9
