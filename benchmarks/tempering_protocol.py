@@ -212,6 +212,13 @@ def agreement_png(out_md: str, name: str, length: int, tempered: bool) -> str:
     return f"{os.path.splitext(out_md)[0]}_{name}_{length}_{'T' if tempered else 'F'}.png"
 
 
+def longest_length(results: dict, name: str, args) -> int | None:
+    """The longest of ``args.lengths`` for which ``name`` has stored runs (None if it has none)."""
+    have = {r["length"] for r in results.get(name, {}).get("runs", {}).values()}
+    lengths = [n for n in args.lengths if n in have]
+    return max(lengths) if lengths else None
+
+
 def make_plots(results: dict, args, out_md: str) -> list[str]:
     import matplotlib
 
@@ -221,10 +228,10 @@ def make_plots(results: dict, args, out_md: str) -> list[str]:
     if len(args.seeds) < 2:
         return []
     s0, s1 = args.seeds[:2]
-    length = max(args.lengths)
     written = []
     for name in args.datasets:
         runs = results.get(name, {}).get("runs", {})
+        length = longest_length(results, name, args)
         for tempered in (False, True):
             a, b = runs.get(run_key(name, length, tempered, s0)), runs.get(run_key(name, length, tempered, s1))
             if a is None or b is None:
@@ -249,7 +256,9 @@ def markdown(results: dict, trees: dict, args, out_md: str, plots: list[str]) ->
     lines = [
         "# Tempering for Bayesian C&RT (Angelopoulos & Cussens 2005, Table 6) with bdtree_jax",
         "",
-        f"Command: `{results_command()}`",
+        "Commands (runs of one dataset may come from several `--resume` invocations; the last is shown):",
+        "",
+        *[f"* {LABEL[n]}: `{results[n].get('command', results_command())}`" for n in names],
         "",
         f"Prior α = 0.95, β = 1, Dirichlet concentration 1, min_leaf_size = 5, max_depth = {args.max_depth}; "
         f"proposal `{args.proposal}`; one chain per seed (seeds {', '.join(map(str, args.seeds))}), "
@@ -340,7 +349,7 @@ def markdown(results: dict, trees: dict, args, out_md: str, plots: list[str]) ->
             table = diagnostics.top_tree_table([trees[k] for k in keys], k=5,
                                                names=[f"p_seed{s}" for s in args.seeds])
             lines += ["", f"## Top-5 trees — BCW, {length} iterations, tempering={'T' if tempered else 'F'} "
-                      "(cf. the paper's Table 4: BCW, 250K, T)", "",
+                      "(cf. the paper's Tables 2–5)", "",
                       "Visit frequency of the 5 trees most visited over the pooled runs (mean frequency), per seed.",
                       "", "| Tree | " + " | ".join(table.columns) + " |", "|---|" + "---|" * len(table.columns)]
             for i, (tree, row) in enumerate(table.iterrows()):
@@ -350,19 +359,21 @@ def markdown(results: dict, trees: dict, args, out_md: str, plots: list[str]) ->
     if plots:
         lines += ["", "## Probability agreement (paper's Figs 1–9)", "",
                   f"Posterior probability of the positive class at every hold-out row, seed {args.seeds[0]} "
-                  f"(x) vs seed {args.seeds[1]} (y), {max(args.lengths)} iterations.", ""]
+                  f"(x) vs seed {args.seeds[1]} (y), longest chain run for each dataset.", ""]
         for p in plots:
             rel = os.path.relpath(p, os.path.dirname(out_md))
             lines.append(f"![{os.path.basename(p)}]({rel})")
         lines.append("")
-        lines += ["| Data | t | mean abs. difference | max abs. difference |", "|---|---|---|---|"]
+        lines += ["| Data | iter | t | mean abs. difference | max abs. difference |", "|---|---|---|---|---|"]
         for n in names:
+            length = longest_length(results, n, args)
             for tempered in (False, True):
-                a = results[n]["runs"].get(run_key(n, max(args.lengths), tempered, args.seeds[0]))
-                b = results[n]["runs"].get(run_key(n, max(args.lengths), tempered, args.seeds[1]))
+                a = results[n]["runs"].get(run_key(n, length, tempered, args.seeds[0]))
+                b = results[n]["runs"].get(run_key(n, length, tempered, args.seeds[1]))
                 if a and b:
                     d = np.abs(np.array(a["positive_proba"]) - np.array(b["positive_proba"]))
-                    lines.append(f"| {LABEL[n]} | {'T' if tempered else 'F'} | {d.mean():.4f} | {d.max():.4f} |")
+                    lines.append(f"| {LABEL[n]} | {length // 1000}K | {'T' if tempered else 'F'} | {d.mean():.4f} "
+                                 f"| {d.max():.4f} |")
 
     lines += ["", f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared; timings are noisy). "
               "The paper's timings are from 2005 hardware (Prolog SLP implementation).", ""]
@@ -391,6 +402,8 @@ def main(argv=None):
     p.add_argument("--block-size", type=int, default=500)
     p.add_argument("--quick", action="store_true", help="smoke test: bcw, 300 iterations (unless given)")
     p.add_argument("--resume", action="store_true", help="reuse runs stored in the JSON with the same settings")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite the markdown and plots from the stored JSON (all its datasets and lengths)")
     p.add_argument("--out", default=None, help="markdown output (default benchmarks/results/tempering_protocol.md)")
     args = p.parse_args(argv)
     if args.datasets is None:
@@ -409,7 +422,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(out_md), exist_ok=True)
 
     stored, stored_trees = {}, {}
-    if args.resume and os.path.exists(out_json):
+    if (args.resume or args.report_only) and os.path.exists(out_json):
         with open(out_json) as fh:
             stored = json.load(fh).get("results", {})
         if os.path.exists(out_trees):
@@ -428,6 +441,18 @@ def main(argv=None):
         with open(out_md, "w") as fh:
             fh.write(markdown(results, trees, args, out_md, plots))
 
+    if args.report_only:
+        if not stored:
+            p.error(f"--report-only needs stored results in {out_json}")
+        results = stored
+        args.datasets = [n for n in ALL_DATASETS if n in stored]
+        args.lengths = sorted({r["length"] for v in stored.values() for r in v["runs"].values()})
+        plots = make_plots(results, args, out_md)
+        with open(out_md, "w") as fh:
+            fh.write(markdown(results, trees, args, out_md, plots))
+        print(f"wrote {out_md}")
+        return
+
     t_start = time.perf_counter()
     for name in args.datasets:
         settings = dataset_settings(name, args)
@@ -440,6 +465,7 @@ def main(argv=None):
             data=dict(n_train=len(y_tr), n_test=len(y_te), n_features=X_tr.shape[1], classes=classes,
                       positive=settings["positive"], pos_train=float(np.mean(y_tr == settings["positive"])),
                       pos_test=float(np.mean(y_te == settings["positive"]))),
+            command=results_command(),
             compile_seconds=dict(old.get("compile_seconds", {})) if keep else {},
             runs={},
         )
