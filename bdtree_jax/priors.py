@@ -175,10 +175,12 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) 
     n_nodes = tree.is_split.shape[-1]
     depth = max_depth_of(tree)
     if min_leaf_size == 1:
-        # min/max are composable: reduce rows into their leaves, then leaves into ancestors.
-        lo = _upward(jax.ops.segment_min(data.bins, leaf_id, num_segments=n_nodes), jnp.minimum)
-        hi = _upward(jax.ops.segment_max(data.bins, leaf_id, num_segments=n_nodes), jnp.maximum)
-        empty = lo > hi
+        # min/max are composable: reduce rows into their leaves, then leaves into ancestors; one
+        # max-reduction of (-bins, bins) gives both (a scatter is the costly step on CPU).
+        both = jnp.concatenate([-data.bins, data.bins], axis=1)
+        both = _upward(jax.ops.segment_max(both, leaf_id, num_segments=n_nodes), jnp.maximum)
+        lo, hi = -both[:, : data.bins.shape[1]], both[:, data.bins.shape[1] :]
+        empty = hi < 0  # no rows: the reduction's identity (bins are >= 0)
         return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
     if data.bin_onehot is not None:
         # bin histograms compose: rows into leaves, leaves into ancestors
@@ -225,14 +227,18 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, box_side
     box_side : (K, F, C) int8 from :func:`box_sides`, or None.
     """
     active = active_nodes(tree)
-    p = split_prob
-    can = splittable(lo, hi, split_prob)
-    p_eff = jnp.where(can, p, 0.0)
-    rule = jax.vmap(log_rule_prob)(lo, hi, tree.feature, tree.cut)
-    internal = jnp.log(jnp.where(can, p, 1.0)) + rule
-    internal = jnp.where(can, internal, -jnp.inf)
-    leaf = jnp.log1p(-p_eff)
-    terms = jnp.where(tree.is_split, internal, leaf)
+    width = jnp.maximum(hi - lo, 0)
+    n_valid = jnp.sum(width > 0, axis=-1)
+    can = (n_valid > 0) & (split_prob > 0)
+    # each node's own feature by a one-hot select (fuses; a per-node gather does not)
+    own = tree.feature[:, None] == jnp.arange(lo.shape[-1])
+    pick = lambda a: jnp.sum(jnp.where(own, a, 0), axis=-1)  # noqa: E731
+    valid_rule = can & (tree.cut >= pick(lo)) & (tree.cut < pick(hi))
+    # one log per node: split  p / (n_valid * width)  (p_rule = 1/n_valid * 1/width), leaf  1 - p
+    invalid = tree.is_split & ~valid_rule
+    value = jnp.where(tree.is_split, split_prob / jnp.maximum(n_valid * pick(width), 1).astype(split_prob.dtype),
+                      1.0 - jnp.where(can, split_prob, 0.0))
+    terms = jnp.where(invalid, -jnp.inf, jnp.log(jnp.where(invalid, 1.0, value)))
     log_p = jnp.sum(jnp.where(active, terms, 0.0))
     if box_side is not None:
         log_p = jnp.where(violates_boxes(tree, box_side), -jnp.inf, log_p)
