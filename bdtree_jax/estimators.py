@@ -64,13 +64,15 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg"}
+    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc"}
         Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
         trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
         feature per node / simplex weights over features (``posterior_`` is then a
         :class:`~bdtree_jax.posterior.SoftTreePosterior`).  "pcfg": BCART-PCFG (Sullivan et al. 2023),
         independent exact posterior draws by dynamic programming over boxes (``posterior_`` is a
-        :class:`~bdtree_jax.posterior.PCFGPosterior`).
+        :class:`~bdtree_jax.posterior.PCFGPosterior`).  "smc": top-down particle filtering
+        (Lakshminarayanan et al. 2013) on the same prior as "cgm" (``posterior_`` is an
+        :class:`~bdtree_jax.posterior.SMCPosterior`, with the evidence estimate ``log_evidence``).
     max_depth : int, default 6
         Depth at which the tree prior is truncated (a node there is a leaf).
     alpha, beta : float, default 0.95, 1.0
@@ -104,9 +106,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         used; ``max_depth`` bounds the depth, ``None`` for unbounded).
     n_buckets : None, int or one int per feature
         "pcfg": cut features with more distinct values into this many equal-width buckets.
-    proposal : {"cgm", "regrow", "cgm+regrow"}, default "cgm"
-        "cgm": grow / prune / change / swap; "regrow": prune a uniformly chosen node's subtree and
-        regrow it from the prior (Angelopoulos & Cussens 2005); "cgm+regrow": one of each.
+    proposal : str or None, default None
+        "cgm" method: "cgm" (the default: grow / prune / change / swap), "regrow" (prune a
+        uniformly chosen node's subtree and regrow it from the prior; Angelopoulos & Cussens 2005)
+        or "cgm+regrow" (one of each).  "smc" method: "prior" (the default) or "posterior"
+        (one-step optimal).
     n_temperatures : int, default 1
         Tempering (Metropolis-coupled MCMC; "cgm", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
     delta_t : float, default 0.2
@@ -118,6 +122,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         The EDITTREE prior: trees reached from this one by a geometric number of random edits.
     mean_edits, max_edits : float, int, default 2.0, 20
         Mean of the geometric number of edits and its truncation.
+    num_particles, ess_threshold, resampling : int, float, str, default 100, 0.1, "multinomial"
+        "smc": particles per run (each chain is an independent run whose ``num_samples`` draws
+        are resampled from its final particles; ``num_warmup`` is not used), resampling when the
+        effective sample size falls to ``ess_threshold * num_particles``, and the resampling
+        scheme ("multinomial" or "systematic").
 
     Attributes
     ----------
@@ -160,13 +169,16 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         warmup_move_probs: tuple | None = None,
         log_phi: float = 2.0,
         n_buckets=None,
-        proposal: str = "cgm",
+        proposal: str | None = None,
         n_temperatures: int = 1,
         delta_t: float = 0.2,
         box_constraints=None,
         initial_tree=None,
         mean_edits: float = 2.0,
         max_edits: int = 20,
+        num_particles: int = 100,
+        ess_threshold: float = 0.1,
+        resampling: str = "multinomial",
     ):
         self.method = method
         self.max_depth = max_depth
@@ -195,6 +207,9 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.initial_tree = initial_tree
         self.mean_edits = mean_edits
         self.max_edits = max_edits
+        self.num_particles = num_particles
+        self.ess_threshold = ess_threshold
+        self.resampling = resampling
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -262,13 +277,16 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         warmup_move_probs: tuple | None = None,
         log_phi: float = 2.0,
         n_buckets=None,
-        proposal: str = "cgm",
+        proposal: str | None = None,
         n_temperatures: int = 1,
         delta_t: float = 0.2,
         box_constraints=None,
         initial_tree=None,
         mean_edits: float = 2.0,
         max_edits: int = 20,
+        num_particles: int = 100,
+        ess_threshold: float = 0.1,
+        resampling: str = "multinomial",
     ):
         self.method = method
         self.max_depth = max_depth
@@ -300,6 +318,9 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.initial_tree = initial_tree
         self.mean_edits = mean_edits
         self.max_edits = max_edits
+        self.num_particles = num_particles
+        self.ess_threshold = ess_threshold
+        self.resampling = resampling
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

@@ -190,15 +190,18 @@ def enumerate_pcfg_posterior(X, point_stats, likelihood, **kw) -> dict[str, floa
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
 
 
-def tree_frequencies(trees: Tree, thresholds: np.ndarray) -> dict[str, float]:
+def tree_frequencies(trees: Tree, thresholds: np.ndarray, weights=None) -> dict[str, float]:
     """Visit frequencies ``{tree string: frequency}`` of sampled trees (a Tree of (..., N) arrays,
-    any leading axes), to compare with the exact distributions above (:func:`tv_distance`)."""
+    any leading axes), to compare with the exact distributions above (:func:`tv_distance`).
+    ``weights`` (same leading shape, optional): importance weights (e.g. SMC particles'),
+    normalised over all trees."""
     flat = Tree(*(np.asarray(a).reshape(-1, np.shape(a)[-1]) for a in trees))
-    first, _, counts = distinct_trees(flat)
+    first, inverse, counts = distinct_trees(flat)
+    mass = counts if weights is None else np.bincount(inverse, np.asarray(weights, float).ravel(), len(first))
     out: dict[str, float] = {}
-    for i, c in zip(first, counts):  # distinct heaps can print alike (e.g. unused padded slots)
+    for i, c in zip(first, mass):  # distinct heaps can print alike (e.g. unused padded slots)
         name = to_string(Tree(*(a[i] for a in flat)), thresholds)
-        out[name] = out.get(name, 0.0) + c / counts.sum()
+        out[name] = out.get(name, 0.0) + c / mass.sum()
     return out
 
 

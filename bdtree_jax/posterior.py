@@ -535,6 +535,35 @@ class PCFGPosterior(Posterior):
         return dict(n_boxes=self.grammar.n_boxes, log_evidence=self.log_evidence)
 
 
+@dataclass(eq=False)
+class SMCPosterior(Posterior):
+    """Draws of top-down SMC (:mod:`~bdtree_jax.kernels.smc`): each "chain" is an independent
+    SMC run, and its ``num_samples`` draws are resampled (multinomially, with replacement) from
+    the run's final weighted particles, so every :class:`Posterior` method works unchanged.
+
+    Extra attributes
+    ----------------
+    particles : Tree of (C, P, N) arrays, the final particles of every run.
+    particle_log_weights : (C, P) unnormalised final log weights.
+    run_log_evidence : (C,) each run's estimate of ``log p(Y | X)``.
+    """
+
+    particles: Any = None
+    particle_log_weights: Any = None
+    run_log_evidence: Any = None
+
+    @property
+    def log_evidence(self) -> float:
+        """``log p(Y | X)`` estimated by the mean of the runs' (unbiased) evidence estimates."""
+        z = np.asarray(self.run_log_evidence, np.float64)
+        return float(np.logaddexp.reduce(z) - np.log(len(z)))
+
+    def particle_weights(self) -> np.ndarray:
+        """(C, P) normalised final weights of each run's particles."""
+        lw = np.asarray(self.particle_log_weights, np.float64)
+        return np.exp(lw - np.logaddexp.reduce(lw, axis=1, keepdims=True))
+
+
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
     """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
     trees = Tree(*(np.asarray(a[:, num_warmup:]).astype(np.int32 if a.dtype != bool else bool) for a in traces["tree"]))

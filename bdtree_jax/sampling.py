@@ -254,7 +254,7 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
 # ----------------------------------------------------------------------------------------------
 # The one-call API: validate, build the model, run, return a Posterior.
 
-METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg")
+METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc")
 RJHMC_METHODS = ("hmc-df", "hmc-dfi")
 TASKS = ("classification", "regression")
 
@@ -380,13 +380,16 @@ def sample(
     warmup_move_probs: tuple | None = None,
     log_phi: float = 2.0,
     n_buckets=None,
-    proposal: str = "cgm",
+    proposal: str | None = None,
     n_temperatures: int = 1,
     delta_t: float = 0.2,
     box_constraints=None,
     initial_tree=None,
     mean_edits: float = 2.0,
     max_edits: int = 20,
+    num_particles: int = 100,
+    ess_threshold: float = 0.1,
+    resampling: str = "multinomial",
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -398,7 +401,10 @@ def sample(
     method : "cgm" (Chipman–George–McCulloch MH on hard trees), "hmc-df" or "hmc-dfi"
         (RJHMC-Tree on soft trees; :mod:`bdtree_jax.kernels.rjhmc`), or "pcfg" (BCART-PCFG:
         independent exact draws from the ``φ^-b(T)`` prior's posterior; :mod:`bdtree_jax.pcfg`;
-        returns a :class:`~bdtree_jax.posterior.PCFGPosterior`).
+        returns a :class:`~bdtree_jax.posterior.PCFGPosterior`), or "smc" (top-down particle
+        filtering, Lakshminarayanan et al. 2013; :mod:`bdtree_jax.kernels.smc`; each chain is an
+        independent run and its ``num_samples`` draws are resampled from the final particles;
+        returns an :class:`~bdtree_jax.posterior.SMCPosterior` with ``log_evidence``).
     max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`;
         RJHMC: the same ``alpha (1+d)^-beta`` conditioned on the root splitting, no
         ``min_leaf_size``).
@@ -422,9 +428,10 @@ def sample(
         ``None``: unbounded); no warm-up is needed (``num_warmup`` is ignored).
     n_buckets : PCFG: None, or an int (or one per feature): features with more distinct values are
         cut into that many equal-frequency buckets before the boxes are enumerated (paper: 10).
-    proposal : method="cgm": "cgm" (grow / prune / change / swap), "regrow" (prune a uniformly
-        chosen node's subtree and regrow it from the prior; :mod:`bdtree_jax.kernels.regrow`) or
-        "cgm+regrow" (one of each per iteration).
+    proposal : method="cgm": "cgm" (grow / prune / change / swap; the default), "regrow" (prune a
+        uniformly chosen node's subtree and regrow it from the prior;
+        :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration).
+        method="smc": "prior" (the default) or "posterior" (one-step optimal).
     n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; every method but "pcfg"):
         ``n_temperatures`` rungs with inverse temperatures ``1 / (1 + delta_t * i)`` (each targets
         prior x likelihood**beta); a swap between two random rungs is proposed after every
@@ -439,6 +446,9 @@ def sample(
         grow / prune / change edits (mean ``mean_edits``, at most ``max_edits``).  Chains start at
         ``initial_tree``; ``proposal`` "cgm" appends / deletes single edits, "regrow" backtracks
         to a uniformly chosen edit and regrows the rest, "cgm+regrow" mixes them half and half.
+    num_particles, ess_threshold, resampling : method="smc": particles per run, resampling when
+        the effective sample size falls to ``ess_threshold * num_particles`` (0: never, 1: after
+        every stage), and "multinomial" or "systematic" resampling.
 
     Returns
     -------
@@ -460,19 +470,33 @@ def sample(
     if method not in METHODS:
         raise ValueError(f"{where}unknown method {method!r}; available: {METHODS}.")
     for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples), ("num_chains", num_chains)):
-        low = 0 if name == "num_warmup" or (name == "num_samples" and method == "pcfg") else 1
+        low = 0 if name == "num_warmup" or (name == "num_samples" and method in ("pcfg", "smc")) else 1
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
             raise ValueError(f"{where}{name} must be an integer >= {low}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
     if method != "cgm":
-        options = (("proposal", proposal, "cgm"), ("box_constraints", box_constraints, None),
-                   ("initial_tree", initial_tree, None))
-        if method == "pcfg":  # exact draws: nothing to temper
+        options = (("box_constraints", box_constraints, None), ("initial_tree", initial_tree, None))
+        if method != "smc":
+            options += (("proposal", proposal, None),)
+        if method in ("pcfg", "smc"):  # exact draws / a particle filter: nothing to temper
             options += (("n_temperatures", n_temperatures, 1),)
         for name, v, default in options:
             if v is not default and v != default:
                 raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
+    if method != "smc":
+        for name, v, default in (("num_particles", num_particles, 100), ("ess_threshold", ess_threshold, 0.1),
+                                 ("resampling", resampling, "multinomial")):
+            if v is not default and v != default:
+                raise ValueError(f"{where}{name} is an option of method='smc'; method={method!r} does not use it.")
+    if method == "smc":
+        return _sample_smc(
+            X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+            move_probs=move_probs, warmup_move_probs=warmup_move_probs, concentration=concentration, nu=nu,
+            lam=lam, a=a, mu_bar=mu_bar, num_samples=num_samples, num_chains=num_chains, seed=seed,
+            proposal="prior" if proposal is None else proposal, num_particles=num_particles,
+            ess_threshold=ess_threshold, resampling=resampling,
+        )
     if method == "pcfg":
         return _sample_pcfg(
             X, y, task=task, max_depth=max_depth, min_leaf_size=min_leaf_size, move_probs=move_probs,
@@ -493,6 +517,7 @@ def sample(
         raise ValueError(f"{where}warmup_move_probs is an RJHMC option; method={method!r} does not use it.")
     from .kernels.tempering import ladder
 
+    proposal = "cgm" if proposal is None else proposal
     if proposal not in PROPOSALS:
         raise ValueError(f"{where}proposal must be one of {PROPOSALS}; got {proposal!r}.")
     try:
@@ -687,3 +712,58 @@ def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_mov
     info = dict(seed=seed, num_samples=num_samples, seconds=seconds, seconds_grammar=seconds_grammar,
                 n_boxes=grammar.n_boxes, log_phi=float(log_phi), max_depth=max_depth, n_buckets=n_buckets)
     return PCFGPosterior(trees=trees, stats=stats, warmup_stats=warm, method="pcfg", info=info, grammar=grammar, **model)
+
+
+def _sample_smc(X, y, *, task, max_depth, alpha, beta, min_leaf_size, move_probs, warmup_move_probs, concentration,
+                nu, lam, a, mu_bar, num_samples, num_chains, seed, proposal, num_particles, ess_threshold, resampling):
+    """Top-down SMC behind :func:`sample`: ``num_chains`` independent runs (run ``c`` uses
+    ``fold_in(key(seed), c)``, so it does not depend on the number of runs), each resampled to
+    ``num_samples`` draws; returns an SMCPosterior."""
+    import time
+
+    from .kernels import smc
+    from .posterior import SMCPosterior
+    from .tree import Tree, n_leaves, tree_depth
+
+    where = "sample: "
+    for name, v in (("move_probs", move_probs), ("warmup_move_probs", warmup_move_probs)):
+        if v is not None:
+            raise ValueError(f"{where}{name} is an MCMC option; method='smc' does not use it.")
+    smc.check_options(num_particles, proposal, ess_threshold, resampling, where=where)
+    data, model = _build_model(
+        X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+        concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
+    )
+    config = smc.SMCConfig(model["prior"].max_depth, model["prior"].min_leaf_size, int(num_particles), proposal,
+                           float(ess_threshold), resampling)
+    n_bins = int(model["grid"].n_cuts.max()) + 1
+    run = smc.compiled_run(config, n_bins)
+    key = jax.random.key(seed)
+    t0 = time.perf_counter()
+    results = [jax.device_get(run(jax.random.fold_in(key, c), data)) for c in range(num_chains)]
+    seconds = time.perf_counter() - t0
+    draws = []
+    for c, r in enumerate(results):
+        k = jax.random.fold_in(jax.random.fold_in(key, c), 2**31 - 1)  # not a stage key (stages < 2**31 - 1)
+        idx = np.asarray(jax.random.categorical(k, jnp.asarray(r.log_weight), shape=(num_samples,)))
+        draws.append(idx)
+    stack = lambda f: np.stack([f(r, i) for r, i in zip(results, draws)])  # noqa: E731
+    trees = Tree(*(stack(lambda r, i, j=j: np.asarray(r.trees[j])[i]) for j in range(3)))
+    log_lik = stack(lambda r, i: np.asarray(r.log_lik)[i]).astype(np.float32)
+    log_prior = stack(lambda r, i: np.asarray(r.log_prior)[i]).astype(np.float32)
+    flat = Tree(*(jnp.asarray(a.reshape(-1, a.shape[-1])) for a in trees))
+    shape = log_lik.shape
+    leaves = np.asarray(jax.vmap(n_leaves)(flat)).reshape(shape).astype(np.int32) if num_samples else np.zeros(shape, np.int32)
+    depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(shape).astype(np.int32) if num_samples else np.zeros(shape, np.int32)
+    stats = dict(log_lik=log_lik, log_prior=log_prior, n_leaves=leaves, depth=depth,
+                 accepted=np.ones(shape, bool), move=np.zeros(shape, np.int32))
+    stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
+    warm = {k: v[:, :0] for k, v in stats.items()}
+    info = dict(seed=seed, num_samples=num_samples, seconds=seconds, config=repr(config),
+                n_stages=[int(r.n_stages) for r in results], n_resampled=[int(r.n_resampled) for r in results])
+    return SMCPosterior(
+        trees=trees, stats=stats, warmup_stats=warm, method="smc", info=info,
+        particles=Tree(*(np.stack([np.asarray(r.trees[j]) for r in results]) for j in range(3))),
+        particle_log_weights=np.stack([np.asarray(r.log_weight) for r in results]),
+        run_log_evidence=np.array([float(r.log_evidence) for r in results]), **model,
+    )
