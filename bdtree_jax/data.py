@@ -24,6 +24,8 @@ __all__ = [
     "SplitGrid",
     "make_split_grid",
     "make_tree_data",
+    "cut_cumwidth",
+    "SPLIT_PRIORS",
     "check_X",
     "check_classification_y",
     "check_regression_y",
@@ -49,6 +51,13 @@ class TreeData(NamedTuple):
         ``max_depth`` (numbers, not structure: changing alpha or beta does not recompile).
     likelihood : DirichletMultinomial or NormalMeanShift (a pytree; see
         :mod:`bdtree_jax.likelihoods`).
+    cut_cumwidth : (F, C + 2) float32
+        Cumulative weights of the cuts under the prior's ``split_prior``
+        (:func:`cut_cumwidth`): ``cut_cumwidth[f, c] = sum of w_f[c'] over c' < c``, where
+        ``C`` is the number of cut slots (``n_bins = C + 1`` bin codes).  The rule prior draws
+        cut ``c`` of feature ``f`` in a node with valid cuts ``[lo, hi)`` with probability
+        ``w_f[c] / (cut_cumwidth[f, hi] - cut_cumwidth[f, lo])``: ``w = 1`` ("uniform", the
+        table is ``arange``) or the gap's width in the feature's units ("range").
     box_side : (K, F, C) int8 or None
         Box constraints of the prior (:func:`bdtree_jax.priors.box_sides`): for box ``k`` and the
         cut ``c`` of feature ``f``, 0 if the box lies left of the cut, 1 right, 2 if the cut goes
@@ -65,6 +74,7 @@ class TreeData(NamedTuple):
     sorted_index: Array
     split_prob: Array
     likelihood: object
+    cut_cumwidth: Array
     box_side: Array | None = None
     bin_onehot: Array | None = None
 
@@ -84,10 +94,15 @@ class SplitGrid:
         padded with ``+inf`` to the largest count ``C`` (at least 1).
     n_cuts : (F,) int64
         Number of real candidates per feature (0 for a constant feature).
+    widths : (F, C) float64 or None
+        Width ``u_{c+1} - u_c`` of the gap between the two consecutive distinct training values
+        that cut ``c`` separates (0 for the padding); the ``"range"`` split prior weights cuts by
+        it (:func:`cut_cumwidth`).
     """
 
     thresholds: np.ndarray
     n_cuts: np.ndarray
+    widths: np.ndarray | None = None
 
     @property
     def n_features(self) -> int:
@@ -105,18 +120,51 @@ class SplitGrid:
 def make_split_grid(X: np.ndarray) -> SplitGrid:
     """Split candidates: midpoints between consecutive distinct values of each column of X."""
     X = np.asarray(X, float)
-    cuts = []
-    for f in range(X.shape[1]):
-        u = np.unique(X[:, f])
-        cuts.append((u[:-1] + u[1:]) / 2.0)
-    width = max(1, max(len(c) for c in cuts))
+    values = [np.unique(X[:, f]) for f in range(X.shape[1])]
+    n_cuts = np.array([max(len(u) - 1, 0) for u in values])
+    width = max(1, int(n_cuts.max(initial=0)))
     thresholds = np.full((X.shape[1], width), np.inf)
-    for f, c in enumerate(cuts):
-        thresholds[f, : len(c)] = c
-    return SplitGrid(thresholds, np.array([len(c) for c in cuts]))
+    gaps = np.zeros((X.shape[1], width))
+    for f, (u, k) in enumerate(zip(values, n_cuts)):
+        thresholds[f, :k] = (u[:-1] + u[1:]) / 2.0
+        gaps[f, :k] = np.diff(u)
+    return SplitGrid(thresholds, n_cuts, gaps)
 
 
-def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None) -> TreeData:
+SPLIT_PRIORS = ("uniform", "range")
+
+
+def cut_cumwidth(split_prior: str, n_features: int, n_slots: int, widths: np.ndarray | None = None) -> np.ndarray:
+    """(F, n_slots + 2) float32 cumulative cut weights of :class:`TreeData` (see there).
+
+    ``"uniform"``: every cut weighs 1 (the table is ``arange``, exact in float32).  ``"range"``:
+    cut ``c`` of feature ``f`` weighs its gap width ``widths[f, c]`` (:class:`SplitGrid`),
+    normalised by the feature's range so every row ends at 1; padded cuts weigh 0.  A gap
+    narrower than float32 resolves (about ``1e-7`` of the range) is widened to one unit in the
+    last place, so every real cut keeps a positive probability.
+    """
+    if split_prior not in SPLIT_PRIORS:
+        raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
+    if split_prior == "uniform":
+        return np.broadcast_to(np.arange(n_slots + 2, dtype=np.float32), (n_features, n_slots + 2)).copy()
+    if widths is None:
+        raise ValueError("split_prior='range' needs the cut widths of the split grid (make_tree_data(..., grid=)).")
+    w = np.zeros((n_features, n_slots + 1))
+    w[:, : widths.shape[1]] = np.asarray(widths, float)
+    total = w.sum(1, keepdims=True)
+    w = w / np.where(total > 0, total, 1.0)
+    cum = np.zeros((n_features, n_slots + 2))
+    cum[:, 1:] = np.cumsum(w, axis=1)
+    cum = cum.astype(np.float32)
+    if np.any((w > 0) & (cum[:, 1:] <= cum[:, :-1])):  # a real gap (w > 0) must stay > 0 after rounding
+        for c in range(n_slots + 1):
+            up = np.maximum(cum[:, c + 1], np.nextafter(cum[:, c], np.float32(np.inf)))
+            cum[:, c + 1] = np.where(w[:, c] > 0, up, cum[:, c])
+    return cum
+
+
+def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None,
+                   grid: SplitGrid | None = None) -> TreeData:
     """Assemble :class:`TreeData`.
 
     Parameters
@@ -126,6 +174,8 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     prior : TreePrior
     likelihood : DirichletMultinomial or NormalMeanShift
     box_side : (K, F, C) int8 box constraints (:func:`bdtree_jax.priors.box_sides`), or None.
+    grid : the :class:`SplitGrid` of ``bins``; needed for ``prior.split_prior == "range"`` (the
+        cut widths).
     """
     import jax.numpy as jnp
 
@@ -134,6 +184,11 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     point_stats = likelihood.point_stats(np.asarray(y))
 
     bins = np.asarray(bins, np.int32)
+    split_prior = prior.split_prior
+    if split_prior == "range" and (grid is None or grid.widths is None):
+        raise ValueError("make_tree_data: split_prior='range' needs the split grid (grid=) for the cut widths.")
+    n_slots = grid.thresholds.shape[1] if grid is not None else max(1, int(bins.max(initial=0)))
+    cumwidth = cut_cumwidth(split_prior, bins.shape[1], n_slots, None if grid is None else grid.widths)
     order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
     sorted_bins = np.take_along_axis(bins.T, order, axis=1)
     return TreeData(
@@ -143,6 +198,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         jnp.asarray(order),
         jnp.asarray(split_probability(prior)),
         likelihood.prepare(bins.shape[0]),
+        jnp.asarray(cumwidth),
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
         _bin_onehot(bins) if prior.min_leaf_size > 1 else None,
     )

@@ -33,6 +33,22 @@ def _valid_cuts(bins_col: np.ndarray, m: int) -> list[int]:
     return list(range(int(s[m - 1]), int(s[n - m])))
 
 
+def _gaps(X) -> list[np.ndarray]:
+    """Per feature, the widths ``u[c+1] - u[c]`` of the gaps between its sorted distinct values
+    (cut ``c`` of the split grid lies in gap ``c``)."""
+    X = np.asarray(X, float)
+    return [np.diff(np.unique(X[:, f])) for f in range(X.shape[1])]
+
+
+def _cut_log_probs(gaps: np.ndarray, cuts: list[int], split_prior: str) -> list[float]:
+    """log p(cut | feature, node) of each of the node's valid ``cuts``: uniform, or (``"range"``)
+    the cut's gap width over the summed widths of the valid cuts."""
+    if split_prior == "uniform":
+        return [-math.log(len(cuts))] * len(cuts)
+    w = np.array([gaps[c] for c in cuts], float)
+    return list(np.log(w) - np.log(w.sum()))
+
+
 def _leaf_terms(lik, stats: np.ndarray):
     """Per-leaf additive pieces: classification log-lik; regression (n_i, s1, s2)."""
     if isinstance(lik, DirichletMultinomial):
@@ -76,7 +92,9 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
     ----------
     X : (n, F) raw inputs (split candidates are midpoints of distinct values, as everywhere).
     point_stats : (n, S) rows of ``likelihood.point_stats(y)``.
-    prior : TreePrior
+    prior : TreePrior (its ``split_prior``: a rule's cut is uniform among the feature's valid
+        cuts, or ``"range"``: proportional to the width of the gap between the consecutive
+        distinct values of ``X[:, f]`` that it separates)
     likelihood : DirichletMultinomial or NormalMeanShift
     boxes : box constraints (``{feature: (low, high)}`` dicts, integer or ``"x{f}"`` keys): trees
         with a rule whose threshold lies strictly inside a box held by its node are left out, and
@@ -90,6 +108,7 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
     bins = grid.bin(X)
     point_stats = np.asarray(point_stats, float)
     m = prior.min_leaf_size
+    gaps = _gaps(X)
 
     box_list = _box_arrays(boxes, bins.shape[1])
 
@@ -104,7 +123,7 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
         p = prior.alpha * (1.0 + depth) ** (-prior.beta)
         out = [("L", math.log1p(-p), [leaf])]
         for f, cuts in options.items():
-            for c in cuts:
+            for c, lp_cut in zip(cuts, _cut_log_probs(gaps[f], cuts, prior.split_prior)):
                 t = grid.thresholds[f, c]
                 if any(box_list[k][0][f] < t < box_list[k][1][f] for k in held):
                     continue  # the rule cuts a box: prior 0
@@ -112,7 +131,7 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
                 held_right = tuple(k for k in held if box_list[k][0][f] >= t)
                 left = rows[bins[rows, f] <= c]
                 right = rows[bins[rows, f] > c]
-                lp_rule = math.log(p) - math.log(len(options)) - math.log(len(cuts))
+                lp_rule = math.log(p) - math.log(len(options)) + lp_cut
                 for ls, llp, lleaves in trees(left, depth + 1, held_left):
                     for rs, rlp, rleaves in trees(right, depth + 1, held_right):
                         text = f"x{f}<={_fmt(grid.thresholds[f, c])}({ls},{rs})"
@@ -375,6 +394,8 @@ class _EditModel:
         self.n, self.F = self.bins.shape
         self.m = prior.min_leaf_size
         self.D = prior.max_depth
+        self.split_prior = prior.split_prior
+        self.gaps = _gaps(X)
         self.box_list = _box_arrays(boxes, self.F)
         self._regions_cache: dict = {}
         self._valid_cache: dict = {}
@@ -472,8 +493,13 @@ class _EditModel:
                     continue
                 opts = self.options(rows[node])
                 for f, cuts in opts.items():
-                    for c in cuts:
-                        add({**rules, node: (f, c)}, p_node / len(opts) / len(cuts))
+                    if self.split_prior == "uniform":
+                        probs = [p_node / len(opts) / len(cuts)] * len(cuts)
+                    else:
+                        log_p = _cut_log_probs(self.gaps[f], cuts, "range")
+                        probs = [p_node / len(opts) * math.exp(lp) for lp in log_p]
+                    for c, p_cut in zip(cuts, probs):
+                        add({**rules, node: (f, c)}, p_cut)
         self._edit_cache[tree] = out
         return out
 
@@ -525,7 +551,8 @@ def enumerate_edit_prior(X, prior: TreePrior, initial_tree: str, *, mean_edits: 
     above ``max_depth`` with a valid cut; prune: internal nodes with two leaf children; change: all
     internal nodes), a node uniform among the move's targets, and (grow, change) a rule drawn from
     the node's rows as in the CGM98 prior (a feature uniform among those with a valid cut, then a cut
-    uniform among its valid cuts).  A change keeps the node's subtrees.  An edit giving an invalid
+    among its valid cuts by the prior's ``split_prior``).  A change keeps the node's subtrees.  An
+    edit giving an invalid
     tree (a rule not among the valid cuts of its node's rows, or cutting a box) leaves the tree
     unchanged; so does an edit of a stump whose root has no valid cut.  Computed by an exact forward
     pass over the distributions after ``k`` edits.
@@ -533,7 +560,7 @@ def enumerate_edit_prior(X, prior: TreePrior, initial_tree: str, *, mean_edits: 
     Parameters
     ----------
     X : (n, F) raw inputs (candidates from :func:`bdtree_jax.data.make_split_grid`).
-    prior : TreePrior — only ``max_depth`` and ``min_leaf_size`` are used.
+    prior : TreePrior — only ``max_depth``, ``min_leaf_size`` and ``split_prior`` are used.
     initial_tree : a :func:`bdtree_jax.tree.to_string` string (thresholds matched to the nearest
         candidate); must be valid, else ``ValueError``.
     mean_edits : float >= 0; max_edits : int >= 0.

@@ -2,13 +2,30 @@
 
 A node at depth ``d`` splits with probability ``alpha * (1 + d) ** -beta``; the probability is 0 at
 ``max_depth`` and 0 where no candidate cut leaves both children with at least ``min_leaf_size``
-rows.  The rule is uniform over the features that have a valid cut in the node, then uniform over
-that feature's valid cuts.  The prior is therefore *truncated* at ``max_depth`` (renormalised by
-construction: a node at ``max_depth`` is a leaf with probability 1).
+rows.  The rule is uniform over the features that have a valid cut in the node, then a cut among
+that feature's valid cuts chosen by ``split_prior``.  The prior is therefore *truncated* at
+``max_depth`` (renormalised by construction: a node at ``max_depth`` is a leaf with probability 1).
 
 Valid cuts of feature ``f`` in a node form the integer interval ``[lo_f, hi_f)`` where ``lo_f`` is
 the ``m``-th smallest bin of the node's rows and ``hi_f`` the ``(n_node - m + 1)``-th smallest
 (``m = min_leaf_size``); for ``m = 1`` these are the node's minimum and maximum bins.
+
+``split_prior`` (:class:`TreePrior`) picks the cut of feature ``f``:
+
+* ``"uniform"`` (default, CGM98): uniform over the valid cuts, ``p(c) = 1 / (hi_f - lo_f)``.
+* ``"range"`` (Lakshminarayanan et al. 2013): proportional to the width of the cut's gap in the
+  feature's own units.  Cut ``c`` separates the global sorted distinct training values
+  ``u_c < u_{c+1}`` of the feature; with ``w_f[c] = u_{c+1} - u_c``,
+  ``p(c) = w_f[c] / sum(w_f[c'] for c' in [lo_f, hi_f))``.  With ``min_leaf_size = 1`` this is
+  exactly "draw ``tau ~ U(node min, node max)`` and snap it to the global gap that contains it";
+  for ``min_leaf_size > 1`` the same formula is applied over the valid-cut interval (the gaps
+  between the ``m``-th smallest and the ``m``-th largest value of the node's rows).
+
+Both use one table, :attr:`~bdtree_jax.data.TreeData.cut_cumwidth` (cumulative weights per
+feature; ``arange`` for "uniform", so its draws and log-probabilities are those of the plain
+uniform rule bit for bit): ``p(c) = (cum[f, c+1] - cum[f, c]) / (cum[f, hi] - cum[f, lo])``.
+The "range" table is float32 and normalised per feature, so its probabilities are exact up to
+float32 rounding relative to the feature's range.
 """
 
 from __future__ import annotations
@@ -20,12 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._types import Array
-from .data import TreeData
+from .data import SPLIT_PRIORS, TreeData
 from .tree import Tree, active_nodes, leaf_index, leaf_nodes, max_depth_of, node_depths
 
 __all__ = [
     "TreePrior", "mask_bounds", "level_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
-    "violates_boxes", "regrow_subtree",
+    "violates_boxes", "regrow_subtree", "log_rule_prob", "log_cut_probs", "draw_cut", "SPLIT_PRIORS",
 ]
 
 _BIG = np.int32(2**30)
@@ -33,12 +50,18 @@ _BIG = np.int32(2**30)
 
 @dataclass(frozen=True)
 class TreePrior:
-    """Hyperparameters of the tree prior (static)."""
+    """Hyperparameters of the tree prior (static).
+
+    ``split_prior``: how a rule's cut is chosen among a feature's valid cuts, ``"uniform"``
+    (CGM98) or ``"range"`` (proportional to the gap width in the feature's units; see the
+    module docstring).
+    """
 
     max_depth: int = 6
     alpha: float = 0.95
     beta: float = 1.0
     min_leaf_size: int = 1
+    split_prior: str = "uniform"
 
     def __post_init__(self):
         if not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
@@ -49,6 +72,8 @@ class TreePrior:
             raise ValueError(f"beta must be >= 0; got {self.beta!r}.")
         if not isinstance(self.min_leaf_size, (int, np.integer)) or self.min_leaf_size < 1:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
+        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
+            raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
 
 
 def split_probability(prior: TreePrior) -> np.ndarray:
@@ -198,13 +223,41 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) 
     return jnp.concatenate(los), jnp.concatenate(his)
 
 
-def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array) -> Array:
-    """log p_rule(feature, cut | node) from the node's ``lo, hi`` (F,); ``-inf`` if invalid."""
+def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array, cumwidth: Array) -> Array:
+    """log p_rule(feature, cut | node) from the node's ``lo, hi`` (F,) and the cut weights
+    ``cumwidth`` (F, B) (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`); ``-inf`` if invalid."""
     width = jnp.maximum(hi - lo, 0)
     n_valid_features = jnp.sum(width > 0)
-    w = width[feature]
+    B = cumwidth.shape[-1]
+    # one gather of the four cumulative weights: node interval [lo, hi) and the cut [c, c + 1)
+    at = jnp.clip(jnp.stack([lo[feature], hi[feature], cut, cut + 1]), 0, B - 1)
+    v = cumwidth.reshape(-1)[jnp.asarray(feature, jnp.int32) * B + at]
     ok = (cut >= lo[feature]) & (cut < hi[feature])
-    return jnp.where(ok, -jnp.log(n_valid_features) - jnp.log(w), -jnp.inf)
+    return jnp.where(ok, -jnp.log(n_valid_features) + jnp.log(v[3] - v[2]) - jnp.log(v[1] - v[0]), -jnp.inf)
+
+
+def log_cut_probs(cumwidth: Array, lo: Array, hi: Array) -> Array:
+    """(F, B - 1) ``log p(cut c | feature f, node)`` of every cut ``c`` of every feature, from the
+    node's ``lo, hi`` (F,); meaningful only for ``lo[f] <= c < hi[f]`` (mask the rest)."""
+    total = jnp.take_along_axis(cumwidth, hi[:, None], axis=1) - jnp.take_along_axis(cumwidth, lo[:, None], axis=1)
+    return jnp.log(jnp.diff(cumwidth, axis=1)) - jnp.log(total)
+
+
+def draw_cut(cumwidth: Array, feature: Array, lo: Array, hi: Array, u: Array) -> Array:
+    """Inverse-CDF draw of a cut of ``feature`` in ``[lo, hi)``, cut ``c`` with probability
+    ``(cumwidth[f, c + 1] - cumwidth[f, c]) / (cumwidth[f, hi] - cumwidth[f, lo])``.
+
+    ``feature, lo, hi, u`` share one shape (a node, or a batch of nodes); ``u`` in [0, 1).  The
+    cut is the largest ``c`` with ``cumwidth[f, c] - cumwidth[f, lo] <= u * total``, clipped into
+    ``[lo, hi - 1]`` (rounding, NaN).  With the uniform table (``arange``) this is exactly
+    ``lo + floor(u * (hi - lo))``.
+    """
+    row = cumwidth[feature]  # (..., B)
+    base = jnp.take_along_axis(row, lo[..., None], axis=-1)[..., 0]
+    top = jnp.take_along_axis(row, hi[..., None], axis=-1)[..., 0]
+    target = u * (top - base)
+    count = jnp.sum(row - base[..., None] <= target[..., None], axis=-1)
+    return jnp.maximum(jnp.minimum(count - 1, hi - 1), jnp.minimum(lo, hi - 1)).astype(jnp.int32)
 
 
 def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
@@ -212,7 +265,8 @@ def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
     return jnp.any(hi > lo, axis=-1) & (split_prob > 0)
 
 
-def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, box_side: Array | None = None) -> Array:
+def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, cumwidth: Array,
+                   box_side: Array | None = None) -> Array:
     """log p(T) under the truncated CGM98 prior; ``-inf`` if a rule is invalid for its node or
     (with ``box_side``) the tree cuts through a constrained box.
 
@@ -224,6 +278,7 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, box_side
     ----------
     lo, hi : (N, F) int32 node bounds of this tree (:func:`node_bounds`).
     split_prob : (N,) :func:`split_probability` of the prior.
+    cumwidth : (F, B) cumulative cut weights (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`).
     box_side : (K, F, C) int8 from :func:`box_sides`, or None.
     """
     active = active_nodes(tree)
@@ -233,10 +288,16 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, box_side
     # each node's own feature by a one-hot select (fuses; a per-node gather does not)
     own = tree.feature[:, None] == jnp.arange(lo.shape[-1])
     pick = lambda a: jnp.sum(jnp.where(own, a, 0), axis=-1)  # noqa: E731
-    valid_rule = can & (tree.cut >= pick(lo)) & (tree.cut < pick(hi))
-    # one log per node: split  p / (n_valid * width)  (p_rule = 1/n_valid * 1/width), leaf  1 - p
+    lo_own, hi_own = pick(lo), pick(hi)
+    valid_rule = can & (tree.cut >= lo_own) & (tree.cut < hi_own)
+    # the rule's cut weight and its node's total: one gather of four cumulative weights per node
+    B = cumwidth.shape[-1]
+    at = jnp.clip(jnp.stack([lo_own, hi_own, tree.cut, tree.cut + 1], axis=-1), 0, B - 1)
+    cum = cumwidth.reshape(-1)[tree.feature.astype(jnp.int32)[:, None] * B + at]  # (N, 4)
+    denom = n_valid * (cum[:, 1] - cum[:, 0])
+    # one log per node: split  p w_c / (n_valid * total)  (p_rule = 1/n_valid * w_c/total), leaf  1 - p
     invalid = tree.is_split & ~valid_rule
-    value = jnp.where(tree.is_split, split_prob / jnp.maximum(n_valid * pick(width), 1).astype(split_prob.dtype),
+    value = jnp.where(tree.is_split, split_prob * (cum[:, 3] - cum[:, 2]) / jnp.where(denom > 0, denom, 1.0),
                       1.0 - jnp.where(can, split_prob, 0.0))
     terms = jnp.where(invalid, -jnp.inf, jnp.log(jnp.where(invalid, 1.0, value)))
     log_p = jnp.sum(jnp.where(active, terms, 0.0))
@@ -331,10 +392,11 @@ def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array
 
     The draw follows the prior's generative process level by level: an active leaf of the new
     subtree at depth ``d`` splits with probability ``split_prob`` if it has a valid cut, with a
-    rule from ``p_rule`` (uniform valid feature, then uniform valid cut).  The probability of the
-    drawn subtree is therefore the product of the prior's factors of its nodes, which (as those
-    factors depend only on each node's rows) is ``p(T') / p(T' outside the subtree)``.  Box
-    constraints are *not* applied here (the MH step rejects a violating tree).
+    rule from ``p_rule`` (uniform valid feature, then a valid cut by the prior's ``split_prior``,
+    :func:`draw_cut`).  The probability of the drawn subtree is therefore the product of the
+    prior's factors of its nodes, which (as those factors depend only on each node's rows) is
+    ``p(T') / p(T' outside the subtree)``.  Box constraints are *not* applied here (the MH step
+    rejects a violating tree).
 
     The valid-cut bounds each level needs are those of the new tree's nodes, so they are returned
     with it: only the subtree's nodes change (rows outside it keep their nodes).  Levels above
@@ -389,9 +451,9 @@ def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array
         counts = jnp.cumsum((width > 0).astype(jnp.int32), axis=1)  # (count, F)
         k = jnp.floor(uniforms[level_slots, 1] * counts[:, -1]).astype(jnp.int32)
         feature = jnp.argmax(counts > k[:, None], axis=1).astype(jnp.int32)
-        w = jnp.take_along_axis(width, feature[:, None], axis=1)[:, 0]
         lo_f = jnp.take_along_axis(lo_l, feature[:, None], axis=1)[:, 0]
-        cut = jnp.minimum(lo_f + jnp.floor(uniforms[level_slots, 2] * w).astype(jnp.int32), lo_f + w - 1)
+        hi_f = jnp.take_along_axis(hi_l, feature[:, None], axis=1)[:, 0]
+        cut = draw_cut(data.cut_cumwidth, feature, lo_f, hi_f, uniforms[level_slots, 2])
         tree = Tree(
             tree.is_split.at[level_slots].set(tree.is_split[level_slots] | grow_here),
             tree.feature.at[level_slots].set(

@@ -33,6 +33,8 @@ from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import (
     TreePrior,
+    draw_cut,
+    log_cut_probs,  # noqa: F401  (the rule prior of every cut, for smc's one-step-optimal proposal)
     log_rule_prob,
     mask_bounds,
     log_tree_prior,
@@ -142,7 +144,7 @@ class CGMInfo(NamedTuple):
 def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta) -> CGMState:
     """Complete a state from its cached statistics (no pass over the data)."""
     log_lik = data.likelihood.log_lik(stats, leaf_nodes(tree))
-    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.box_side)
+    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 
@@ -215,12 +217,13 @@ def _pick(mask: Array, u: Array) -> Array:
     return jnp.argmax(counts > k).astype(jnp.int32)
 
 
-def _draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array) -> tuple[Array, Array]:
-    """A rule from ``p_rule``: uniform valid feature, then uniform valid cut.  lo, hi: (F,)."""
+def _draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Array) -> tuple[Array, Array]:
+    """A rule from ``p_rule``: uniform valid feature, then a valid cut by inverse CDF of the cut
+    weights ``cumwidth`` (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`; uniform or by gap width,
+    see :mod:`bdtree_jax.priors`).  lo, hi: (F,)."""
     width = jnp.maximum(hi - lo, 0)
     f = _pick(width > 0, u_feature)
-    c = lo[f] + jnp.floor(u_cut * width[f]).astype(jnp.int32)
-    return f, jnp.minimum(c, hi[f] - 1)
+    return f, draw_cut(cumwidth, f, lo[f], hi[f], u_cut)
 
 
 def draw(key: PRNGKey) -> Array:
@@ -246,7 +249,7 @@ def step_with_uniforms(
     any_move = jnp.any(counts > 0)
     move = _choose_move(log_p, u_move)
     node = _pick(targets[move], u_node)
-    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node])
+    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
 
     if config.incremental:
         # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing,
@@ -271,8 +274,8 @@ def step_with_uniforms(
     counts_new = _targets(proposed, data).sum(1)
     log_p_new = _log_move_probs(counts_new, config.move_probs)
     reverse = _REVERSE[move]
-    rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut)
-    rule_old = log_rule_prob(state.lo[node], state.hi[node], tree.feature[node], tree.cut[node])
+    rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut, data.cut_cumwidth)
+    rule_old = log_rule_prob(state.lo[node], state.hi[node], tree.feature[node], tree.cut[node], data.cut_cumwidth)
     log_q_forward = log_p[move] - jnp.log(counts[move]) + jnp.where((move == 0) | (move == 2), rule_new, 0.0)
     log_q_reverse = (
         log_p_new[reverse]

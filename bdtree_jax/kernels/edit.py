@@ -122,7 +122,7 @@ def apply_edit(state: cgm.CGMState, u: Array, data: TreeData, config: cgm.CGMCon
     cdf = jnp.cumsum(w)
     move = jnp.minimum(jnp.sum(u[0] * cdf[-1] >= cdf[:-1]), 2).astype(jnp.int32)
     node = cgm._pick(targets[move], u[1])
-    feature, cut = cgm._draw_rule(u[2], u[3], state.lo[node], state.hi[node])
+    feature, cut = cgm._draw_rule(u[2], u[3], state.lo[node], state.hi[node], data.cut_cumwidth)
     proposed = jax.lax.switch(
         move,
         (
