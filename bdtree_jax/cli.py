@@ -7,11 +7,13 @@ A config is a flat YAML mapping (unknown keys are an error)::
     split: paper              # "paper" (load_split), "none" (train = test = all rows), or a
                               # test fraction such as 0.3 (stratified for classification, seeded)
     task: classification      # optional; inferred from the dataset
-    method: cgm               # cgm, hmc-df, hmc-dfi or pcfg
-    max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, concentration,
-    alpha: 0.95               #        nu, lam, a, mu_bar, move_probs; RJHMC (hmc-*): h_init,
-    beta: 1.0                 #        h_final, schedule, leg_steps, warmup_move_probs; PCFG:
-                              #        log_phi, n_buckets
+    method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc or pg
+    max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, split_prior
+    alpha: 0.95               #        (uniform | range), concentration, nu, lam, a, mu_bar,
+    beta: 1.0                 #        move_probs; RJHMC (hmc-*): h_init, h_final, schedule,
+                              #        leg_steps, warmup_move_probs; PCFG: log_phi, n_buckets;
+                              #        SMC / PG: proposal, num_particles; SMC: ess_threshold,
+                              #        resampling, grow, n_islands
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
     num_samples: 500
     num_chains: 10
@@ -42,9 +44,11 @@ import numpy as np
 __all__ = ["main", "load_config", "run_config"]
 
 _MODEL_KEYS = {
-    "max_depth", "alpha", "beta", "min_leaf_size", "concentration", "nu", "lam", "a", "mu_bar", "move_probs",
+    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "concentration", "nu", "lam", "a", "mu_bar",
+    "move_probs",
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
     "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",
+    "num_particles", "ess_threshold", "resampling", "grow", "n_islands",
 }
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}

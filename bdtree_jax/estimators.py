@@ -64,7 +64,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc"}
+    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg"}
         Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
         trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
         feature per node / simplex weights over features (``posterior_`` is then a
@@ -73,12 +73,18 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         :class:`~bdtree_jax.posterior.PCFGPosterior`).  "smc": top-down particle filtering
         (Lakshminarayanan et al. 2013) on the same prior as "cgm" (``posterior_`` is an
         :class:`~bdtree_jax.posterior.SMCPosterior`, with the evidence estimate ``log_evidence``).
+        "pg": Particle Gibbs (Lakshminarayanan et al. 2015), an MCMC chain whose every iteration
+        is a conditional SMC sweep with the current tree as the reference particle (same prior).
     max_depth : int, default 6
         Depth at which the tree prior is truncated (a node there is a leaf).
     alpha, beta : float, default 0.95, 1.0
         Split probability ``alpha * (1 + depth) ** -beta``.
     min_leaf_size : int, default 1
         A split is valid only if both children keep at least this many training rows.
+    split_prior : {"uniform", "range"}, default "uniform"
+        How the tree prior picks a rule's cut among the chosen feature's valid cuts ("cgm",
+        "smc", "pg"): uniformly (CGM98), or proportionally to the width of the cut's gap between
+        consecutive distinct training values ("range", Lakshminarayanan et al. 2013).
     concentration : float, default 1.0
         Symmetric Dirichlet concentration of the leaf class probabilities.
     move_probs : tuple or None
@@ -109,10 +115,10 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
     proposal : str or None, default None
         "cgm" method: "cgm" (the default: grow / prune / change / swap), "regrow" (prune a
         uniformly chosen node's subtree and regrow it from the prior; Angelopoulos & Cussens 2005)
-        or "cgm+regrow" (one of each).  "smc" method: "prior" (the default) or "posterior"
-        (one-step optimal).
+        or "cgm+regrow" (one of each).  "smc" and "pg" methods: "prior" (the default) or
+        "posterior" (one-step optimal).
     n_temperatures : int, default 1
-        Tempering (Metropolis-coupled MCMC; "cgm", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
+        Tempering (Metropolis-coupled MCMC; "cgm", "pg", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
     delta_t : float, default 0.2
         Inverse temperatures ``1 / (1 + delta_t * i)`` (MrBayes' default ladder).
     box_constraints : list of dicts or None
@@ -122,11 +128,15 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         The EDITTREE prior: trees reached from this one by a geometric number of random edits.
     mean_edits, max_edits : float, int, default 2.0, 20
         Mean of the geometric number of edits and its truncation.
-    num_particles, ess_threshold, resampling : int, float, str, default 100, 0.1, "multinomial"
-        "smc": particles per run (each chain is an independent run whose ``num_samples`` draws
-        are resampled from its final particles; ``num_warmup`` is not used), resampling when the
-        effective sample size falls to ``ess_threshold * num_particles``, and the resampling
-        scheme ("multinomial" or "systematic").
+    num_particles : int or None
+        "smc": particles per run (default 100); "pg": particles per sweep, the reference
+        included (default 10).
+    ess_threshold, resampling : float, str, default 0.1, "multinomial"
+        "smc": resampling when the effective sample size falls to
+        ``ess_threshold * num_particles``, and the resampling scheme ("multinomial" or
+        "systematic").  Each "smc" chain is an independent run whose ``num_samples`` draws are
+        resampled from its final particles (``num_warmup`` is not used).  "pg" resamples
+        multinomially before every stage.
 
     Attributes
     ----------
@@ -154,6 +164,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         alpha: float = 0.95,
         beta: float = 1.0,
         min_leaf_size: int = 1,
+        split_prior: str = "uniform",
         concentration: float = 1.0,
         move_probs: tuple | None = None,
         num_warmup: int = 1000,
@@ -176,7 +187,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         initial_tree=None,
         mean_edits: float = 2.0,
         max_edits: int = 20,
-        num_particles: int = 100,
+        num_particles: int | None = None,
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
     ):
@@ -185,6 +196,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.alpha = alpha
         self.beta = beta
         self.min_leaf_size = min_leaf_size
+        self.split_prior = split_prior
         self.concentration = concentration
         self.move_probs = move_probs
         self.num_warmup = num_warmup
@@ -259,6 +271,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         alpha: float = 0.95,
         beta: float = 1.0,
         min_leaf_size: int = 1,
+        split_prior: str = "uniform",
         nu: float | None = None,
         lam: float | None = None,
         a: float | None = None,
@@ -284,7 +297,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         initial_tree=None,
         mean_edits: float = 2.0,
         max_edits: int = 20,
-        num_particles: int = 100,
+        num_particles: int | None = None,
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
     ):
@@ -293,6 +306,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.alpha = alpha
         self.beta = beta
         self.min_leaf_size = min_leaf_size
+        self.split_prior = split_prior
         self.nu = nu
         self.lam = lam
         self.a = a

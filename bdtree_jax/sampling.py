@@ -254,7 +254,7 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
 # ----------------------------------------------------------------------------------------------
 # The one-call API: validate, build the model, run, return a Posterior.
 
-METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc")
+METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg")
 RJHMC_METHODS = ("hmc-df", "hmc-dfi")
 TASKS = ("classification", "regression")
 
@@ -266,7 +266,7 @@ PROPOSALS = ("cgm", "regrow", "cgm+regrow")
 
 
 def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,),
-                     edit=None):
+                     edit=None, num_particles=None):
     """The hard-tree MH kernel's static config and :class:`SamplingAlgorithm` for a built model,
     tuned for how chains will run (``chain_method``; default: as :func:`run_chains` picks it).
 
@@ -274,8 +274,22 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
     ``betas``: a tempering ladder (more than one rung wraps the kernel in
     :func:`~bdtree_jax.kernels.tempering.tempered`); ``edit``: ``dict(mean_edits=, max_edits=)``
     for the edit prior (:mod:`~bdtree_jax.kernels.edit`; ``data`` is then an ``EditData``), whose
-    local moves play CGM's part and whose backtracking moves play regrow's."""
-    from .kernels import cgm as cgm_kernel, edit as edit_kernel, regrow as regrow_kernel, tempering
+    local moves play CGM's part and whose backtracking moves play regrow's; ``num_particles``:
+    Particle Gibbs (:mod:`~bdtree_jax.kernels.pg`) with that many particles and ``proposal``
+    "prior" or "posterior"."""
+    from .kernels import cgm as cgm_kernel, edit as edit_kernel, pg as pg_kernel, regrow as regrow_kernel, tempering
+
+    if num_particles is not None:
+        config = pg_kernel.PGConfig(
+            model["prior"].max_depth, model["prior"].min_leaf_size, int(num_particles), proposal,
+            n_bins=int(model["grid"].n_cuts.max()) + 1,
+            trace_dtypes=cgm_kernel.CGMConfig.from_prior(
+                model["prior"], n_features=data.bins.shape[1], n_cuts=int(model["grid"].n_cuts.max())).trace_dtypes,
+        )
+        algorithm = pg_kernel.particle_gibbs(config)
+        if len(betas) > 1:
+            algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+        return (config, tuple(betas)), algorithm
 
     if edit is not None:
         config = edit_kernel.EditConfig(
@@ -306,14 +320,14 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
 
 
 def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where,
-                 box_constraints=None):
+                 box_constraints=None, split_prior="uniform"):
     from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
     from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
     from .priors import TreePrior, box_sides
 
     if task not in TASKS:
         raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
-    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size)
+    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size, split_prior=split_prior)
     X, names = check_X(X, estimator=where.rstrip(": "))
     if X.shape[0] < 2 * min_leaf_size:
         raise ValueError(
@@ -341,7 +355,7 @@ def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentra
     box_side = None
     if box_constraints is not None:
         box_side = box_sides(box_constraints, grid.thresholds, names, where=where)
-    data = make_tree_data(bins, train_y, prior, likelihood, box_side=box_side)
+    data = make_tree_data(bins, train_y, prior, likelihood, box_side=box_side, grid=grid)
     point_stats = np.asarray(data.point_stats)
     model = dict(
         grid=grid, likelihood=likelihood, prior=prior, task=task, classes=classes,
@@ -360,6 +374,7 @@ def sample(
     alpha: float = 0.95,
     beta: float = 1.0,
     min_leaf_size: int = 1,
+    split_prior: str = "uniform",
     move_probs: tuple | None = None,
     concentration: float = 1.0,
     nu: float | None = None,
@@ -387,9 +402,11 @@ def sample(
     initial_tree=None,
     mean_edits: float = 2.0,
     max_edits: int = 20,
-    num_particles: int = 100,
+    num_particles: int | None = None,
     ess_threshold: float = 0.1,
     resampling: str = "multinomial",
+    grow: str = "next",
+    n_islands: int = 1,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -404,10 +421,17 @@ def sample(
         returns a :class:`~bdtree_jax.posterior.PCFGPosterior`), or "smc" (top-down particle
         filtering, Lakshminarayanan et al. 2013; :mod:`bdtree_jax.kernels.smc`; each chain is an
         independent run and its ``num_samples`` draws are resampled from the final particles;
-        returns an :class:`~bdtree_jax.posterior.SMCPosterior` with ``log_evidence``).
+        returns an :class:`~bdtree_jax.posterior.SMCPosterior` with ``log_evidence``), or "pg"
+        (Particle Gibbs: every iteration is a conditional SMC sweep with the chain's current
+        tree as the reference particle; :mod:`bdtree_jax.kernels.pg`; an MCMC chain like "cgm").
     max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`;
         RJHMC: the same ``alpha (1+d)^-beta`` conditioned on the root splitting, no
         ``min_leaf_size``).
+    split_prior : the CGM98 prior's choice of a rule's cut among the chosen feature's valid cuts
+        (methods "cgm", "smc", "pg"): "uniform" (the default) or "range" (Lakshminarayanan et al.
+        2013: proportional to the width of the cut's gap between consecutive distinct training
+        values, i.e. ``tau ~ U(node min, node max)`` snapped to the training values' gaps; see
+        :mod:`bdtree_jax.priors`).  "hmc-df", "hmc-dfi" and "pcfg" have their own priors.
     move_probs : CGM (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10);
         RJHMC (grow, prune, stay) after warm-up, default (0.2, 0.2, 0.6).
     concentration : Dirichlet concentration per class (classification).
@@ -431,7 +455,7 @@ def sample(
     proposal : method="cgm": "cgm" (grow / prune / change / swap; the default), "regrow" (prune a
         uniformly chosen node's subtree and regrow it from the prior;
         :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration).
-        method="smc": "prior" (the default) or "posterior" (one-step optimal).
+        method="smc" or "pg": "prior" (the default) or "posterior" (one-step optimal).
     n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; every method but "pcfg"):
         ``n_temperatures`` rungs with inverse temperatures ``1 / (1 + delta_t * i)`` (each targets
         prior x likelihood**beta); a swap between two random rungs is proposed after every
@@ -446,7 +470,12 @@ def sample(
         grow / prune / change edits (mean ``mean_edits``, at most ``max_edits``).  Chains start at
         ``initial_tree``; ``proposal`` "cgm" appends / deletes single edits, "regrow" backtracks
         to a uniformly chosen edit and regrows the rest, "cgm+regrow" mixes them half and half.
-    num_particles, ess_threshold, resampling : method="smc": particles per run, resampling when
+    num_particles : method="smc": particles per run (default 100); method="pg": particles of
+        each conditional SMC sweep, the reference included (default 10).
+    grow, n_islands : method="smc": "next" (node-wise: one node per particle and stage) or
+        "layer" (a whole depth level per stage); independent particle islands (dividing
+        ``num_particles``), each resampling on its own.
+    ess_threshold, resampling : method="smc": resampling when
         the effective sample size falls to ``ess_threshold * num_particles`` (0: never, 1: after
         every stage), and "multinomial" or "systematic" resampling.
 
@@ -475,27 +504,40 @@ def sample(
             raise ValueError(f"{where}{name} must be an integer >= {low}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
+    from .data import SPLIT_PRIORS
+
+    if not isinstance(split_prior, str) or split_prior not in SPLIT_PRIORS:
+        raise ValueError(f"{where}split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
+    if split_prior != "uniform" and (method in RJHMC_METHODS or method == "pcfg"):
+        raise ValueError(
+            f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'smc', 'pg'); "
+            f"method={method!r} has its own prior and does not use it."
+        )
     if method != "cgm":
         options = (("box_constraints", box_constraints, None), ("initial_tree", initial_tree, None))
-        if method != "smc":
+        if method not in ("smc", "pg"):
             options += (("proposal", proposal, None),)
         if method in ("pcfg", "smc"):  # exact draws / a particle filter: nothing to temper
             options += (("n_temperatures", n_temperatures, 1),)
         for name, v, default in options:
             if v is not default and v != default:
                 raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
+    if method not in ("smc", "pg") and num_particles is not None:
+        raise ValueError(f"{where}num_particles is an option of method='smc' or 'pg'; method={method!r} does not use it.")
     if method != "smc":
-        for name, v, default in (("num_particles", num_particles, 100), ("ess_threshold", ess_threshold, 0.1),
-                                 ("resampling", resampling, "multinomial")):
+        for name, v, default in (("ess_threshold", ess_threshold, 0.1), ("resampling", resampling, "multinomial"),
+                                 ("grow", grow, "next"), ("n_islands", n_islands, 1)):
             if v is not default and v != default:
+                # PG resamples (multinomially, conditionally on the reference) before every stage
                 raise ValueError(f"{where}{name} is an option of method='smc'; method={method!r} does not use it.")
     if method == "smc":
         return _sample_smc(
             X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
             move_probs=move_probs, warmup_move_probs=warmup_move_probs, concentration=concentration, nu=nu,
             lam=lam, a=a, mu_bar=mu_bar, num_samples=num_samples, num_chains=num_chains, seed=seed,
-            proposal="prior" if proposal is None else proposal, num_particles=num_particles,
-            ess_threshold=ess_threshold, resampling=resampling,
+            proposal="prior" if proposal is None else proposal, num_particles=100 if num_particles is None else num_particles,
+            ess_threshold=ess_threshold, resampling=resampling, split_prior=split_prior, grow=grow,
+            n_islands=n_islands,
         )
     if method == "pcfg":
         return _sample_pcfg(
@@ -517,9 +559,18 @@ def sample(
         raise ValueError(f"{where}warmup_move_probs is an RJHMC option; method={method!r} does not use it.")
     from .kernels.tempering import ladder
 
-    proposal = "cgm" if proposal is None else proposal
-    if proposal not in PROPOSALS:
-        raise ValueError(f"{where}proposal must be one of {PROPOSALS}; got {proposal!r}.")
+    if method == "pg":
+        from .kernels.smc import check_options
+
+        num_particles = 10 if num_particles is None else num_particles
+        proposal = "prior" if proposal is None else proposal
+        check_options(num_particles, proposal, 1.0, "multinomial", where=where)
+        if move_probs is not None:
+            raise ValueError(f"{where}move_probs is an option of method='cgm'; method='pg' does not use it.")
+    else:
+        proposal = "cgm" if proposal is None else proposal
+        if proposal not in PROPOSALS:
+            raise ValueError(f"{where}proposal must be one of {PROPOSALS}; got {proposal!r}.")
     try:
         betas = ladder(n_temperatures, delta_t)
     except ValueError as e:
@@ -528,12 +579,13 @@ def sample(
     data, model = _build_model(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
-        box_constraints=box_constraints,
+        box_constraints=box_constraints, split_prior=split_prior,
     )
     edit = None
     if initial_tree is not None:
         data, edit = _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where)
-    config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas, edit=edit)
+    config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas, edit=edit,
+                                         num_particles=num_particles if method == "pg" else None)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
@@ -715,7 +767,8 @@ def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_mov
 
 
 def _sample_smc(X, y, *, task, max_depth, alpha, beta, min_leaf_size, move_probs, warmup_move_probs, concentration,
-                nu, lam, a, mu_bar, num_samples, num_chains, seed, proposal, num_particles, ess_threshold, resampling):
+                nu, lam, a, mu_bar, num_samples, num_chains, seed, proposal, num_particles, ess_threshold, resampling,
+                split_prior="uniform", grow="next", n_islands=1):
     """Top-down SMC behind :func:`sample`: ``num_chains`` independent runs (run ``c`` uses
     ``fold_in(key(seed), c)``, so it does not depend on the number of runs), each resampled to
     ``num_samples`` draws; returns an SMCPosterior."""
@@ -729,13 +782,13 @@ def _sample_smc(X, y, *, task, max_depth, alpha, beta, min_leaf_size, move_probs
     for name, v in (("move_probs", move_probs), ("warmup_move_probs", warmup_move_probs)):
         if v is not None:
             raise ValueError(f"{where}{name} is an MCMC option; method='smc' does not use it.")
-    smc.check_options(num_particles, proposal, ess_threshold, resampling, where=where)
+    smc.check_options(num_particles, proposal, ess_threshold, resampling, where=where, grow=grow, n_islands=n_islands)
     data, model = _build_model(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
-        concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
+        concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where, split_prior=split_prior,
     )
     config = smc.SMCConfig(model["prior"].max_depth, model["prior"].min_leaf_size, int(num_particles), proposal,
-                           float(ess_threshold), resampling)
+                           float(ess_threshold), resampling, grow, int(n_islands))
     n_bins = int(model["grid"].n_cuts.max()) + 1
     run = smc.compiled_run(config, n_bins)
     key = jax.random.key(seed)

@@ -27,6 +27,7 @@ __all__ = [
     "make_cgm",
     "cgm_true_function",
     "make_xor",
+    "make_hypercube",
 ]
 
 _FILES: dict[str, str] = {
@@ -317,3 +318,40 @@ def make_xor(
     X = pd.DataFrame(x, columns=[f"x{j}" for j in range(n_features)])
     y = pd.Series(x[:, :n_relevant].sum(axis=1) % 2, name=_TARGET, dtype=np.int64)
     return X, y
+
+
+def make_hypercube(
+    n_features: int = 3, n_per_vertex: int = 10, x_noise: float = 0.1, f_scale: float = 3.0, seed=0
+) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    """Simulate the hypercube-D mixing benchmark of Particle Gibbs for BART (Lakshminarayanan et
+    al. 2015; ``smc-pg_spec.md`` §4 item 15).
+
+    ``2**D`` clusters of ``n_per_vertex`` rows at the vertices of ``{-1, +1}^D`` with Gaussian
+    input noise (sd ``x_noise``); every vertex has a value ``f(v) ~ N(0, f_scale**2)`` and the
+    response is ``y = f(vertex)`` with **no** noise.  Only a tree that separates all ``2**D``
+    vertices fits the data; local MCMC moves tend to stall before reaching one.
+
+    Returns
+    -------
+    X : DataFrame (2**D * n_per_vertex, D), columns ``x0 ..``.
+    y : Series of float64, the response ``f(vertex)``, named ``"target"``.
+    vertex : Series of int64, each row's vertex id (the bits of its sign pattern), named ``"vertex"``.
+
+    Examples
+    --------
+    >>> from bdtree_jax.datasets import make_hypercube
+    >>> X, y, vertex = make_hypercube(3, n_per_vertex=2, seed=0)
+    >>> X.shape, int(vertex.nunique())
+    ((16, 3), 8)
+    """
+    D = _check_int(n_features, "n_features", 1)
+    m = _check_int(n_per_vertex, "n_per_vertex", 1)
+    for name, v in (("x_noise", x_noise), ("f_scale", f_scale)):
+        if not (isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0; got {v!r}.")
+    rng = np.random.default_rng(seed)
+    vertex = np.repeat(np.arange(2**D), m)
+    signs = 2.0 * ((vertex[:, None] >> np.arange(D)) & 1) - 1.0
+    f = rng.normal(0.0, f_scale, size=2**D)
+    X = pd.DataFrame(signs + rng.normal(0.0, x_noise, size=signs.shape), columns=[f"x{j}" for j in range(D)])
+    return X, pd.Series(f[vertex], name=_TARGET), pd.Series(vertex.astype(np.int64), name="vertex")

@@ -12,29 +12,38 @@ integrated likelihood).
   nothing) and decides it; a particle whose queue is empty is finished and takes no more
   increments.  Undecided nodes count as leaves in the intermediate targets
   ``p(decided part) L(partial tree)``.
+* **Layer-wise expansion** (``grow="layer"``): stage ``d`` decides every splittable leaf at
+  depth ``d`` of each particle (one node after the other, with the node-wise proposal and
+  increments, and no resampling in between), so a run has at most ``max_depth`` stages.
 * **Proposals** at node ``j`` with split probability ``p_j`` (``ΔL`` = the log-likelihood gain
   of the split):
 
   - ``"prior"``: stop with probability ``1 - p_j``, else a rule from the prior's ``p_rule``
-    (uniform valid feature, uniform valid cut); increment ``ΔL`` (0 if it stops).
+    (uniform valid feature, then a valid cut by the prior's ``split_prior``); increment ``ΔL``
+    (0 if it stops).
   - ``"posterior"`` (one-step optimal): stop with mass ``1 - p_j``, rule ``(f, c)`` with mass
     ``p_j p_rule(f, c) exp(ΔL(f, c))`` for every valid rule (left statistics of every cut from
     one bin histogram of the node's rows); increment ``log`` of the total mass, whatever is
     drawn.
 
   (The papers' ``"empirical"`` proposal -- uniform over the grid cuts inside the node's range --
-  *is* our prior's cut rule, so it equals ``"prior"`` here.)
-* **Weights and resampling.**  ``log w = log L(stump) - log P`` at the start; after a stage, if
-  ``ESS / P <= ess_threshold`` the next stage starts by resampling (``"multinomial"`` or
-  ``"systematic"``) and resetting every weight to ``log Z_t - log P``.  No resampling after the
-  last stage.  ``ess_threshold`` 0 never resamples, 1 always does.
-* **Evidence.**  ``log_evidence = logsumexp(log w)`` at the end estimates ``log p(Y | X)``; its
-  exponential is unbiased for a fixed resampling schedule (``ess_threshold`` 0 or 1) and
-  consistent with the adaptive one.
+  *is* the cut rule of ``split_prior="uniform"``, so with that prior it equals ``"prior"``; with
+  ``split_prior="range"`` ``"prior"`` is the papers' prior proposal.)
+* **Weights, resampling, islands.**  The ``P`` particles form ``n_islands`` independent systems
+  of ``Q = P / I`` particles.  ``log w = log L(stump) - log Q`` at the start; after a stage, an
+  island whose ``ESS / Q <= ess_threshold`` starts the next stage by resampling inside the
+  island (``"multinomial"`` or ``"systematic"``) and resetting its weights to
+  ``log Z_i - log Q``.  No resampling after the last stage.  ``ess_threshold`` 0 never
+  resamples, 1 always does.
+* **Evidence.**  Each island's final weights sum to its estimate ``Z_i`` of ``p(Y | X)``;
+  ``log_evidence`` is the log of their mean.  Its exponential is unbiased for a fixed
+  resampling schedule (``ess_threshold`` 0 or 1) and consistent with the adaptive one.  The
+  final particles are weighted by their raw weights over all islands (islands with a larger
+  evidence estimate weigh more; the reference code's default gives each island ``1 / I``).
 
-Fixed shapes: ``num_particles`` and the heap are static; the stages run in a ``while_loop``
-until every particle is finished (at most ``2**max_depth - 1`` stages), one ``vmap``-ped step
-per stage.  Box constraints are not supported (their prior does not factorise over nodes).
+Fixed shapes: ``num_particles``, ``n_islands`` and the heap are static; the stages run in a
+``while_loop`` until every particle is finished (at most ``2**max_depth - 1`` node-wise
+stages), one ``vmap``-ped step per stage.  Box constraints are not supported (their prior does not factorise over nodes).
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ __all__ = ["SMC_PROPOSALS", "RESAMPLING", "SMCConfig", "SMCState", "SMCResult", 
 
 SMC_PROPOSALS = ("prior", "posterior")
 RESAMPLING = ("multinomial", "systematic")
+GROW = ("next", "layer")
 
 
 @dataclass(frozen=True)
@@ -68,8 +78,13 @@ class SMCConfig:
     max_depth, min_leaf_size : the tree prior's structure.
     num_particles : int >= 1.
     proposal : "prior" or "posterior" (one-step optimal).
-    ess_threshold : resample when ``ESS / num_particles <= ess_threshold``; in [0, 1].
+    ess_threshold : an island resamples when its ``ESS / (its particles) <= ess_threshold``; in
+        [0, 1].
     resampling : "multinomial" or "systematic".
+    grow : "next" (a stage decides one node per particle) or "layer" (a stage decides every
+        splittable leaf of the next depth level of each particle).
+    n_islands : independent particle systems of ``num_particles / n_islands`` particles each
+        (must divide ``num_particles``); resampling stays inside an island.
     """
 
     max_depth: int
@@ -78,16 +93,20 @@ class SMCConfig:
     proposal: str = "prior"
     ess_threshold: float = 0.1
     resampling: str = "multinomial"
+    grow: str = "next"
+    n_islands: int = 1
 
     def __post_init__(self):
-        check_options(self.num_particles, self.proposal, self.ess_threshold, self.resampling)
+        check_options(self.num_particles, self.proposal, self.ess_threshold, self.resampling, grow=self.grow,
+                      n_islands=self.n_islands)
 
     @property
     def cgm(self) -> cgm.CGMConfig:
         return cgm.CGMConfig(self.max_depth, self.min_leaf_size)
 
 
-def check_options(num_particles, proposal, ess_threshold, resampling, where: str = "") -> None:
+def check_options(num_particles, proposal, ess_threshold, resampling, where: str = "", grow="next",
+                  n_islands=1) -> None:
     """Clear errors for the SMC options (before anything is compiled)."""
     if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 1:
         raise ValueError(f"{where}num_particles must be an integer >= 1; got {num_particles!r}.")
@@ -98,6 +117,12 @@ def check_options(num_particles, proposal, ess_threshold, resampling, where: str
         raise ValueError(f"{where}ess_threshold must be a number in [0, 1]; got {ess_threshold!r}.")
     if resampling not in RESAMPLING:
         raise ValueError(f"{where}resampling must be one of {RESAMPLING}; got {resampling!r}.")
+    if grow not in GROW:
+        raise ValueError(f"{where}grow must be one of {GROW}; got {grow!r}.")
+    if not isinstance(n_islands, (int, np.integer)) or isinstance(n_islands, bool) or n_islands < 1 \
+            or num_particles % n_islands:
+        raise ValueError(f"{where}n_islands must be an integer >= 1 dividing num_particles={num_particles}; "
+                         f"got {n_islands!r}.")
 
 
 class SMCState(NamedTuple):
@@ -108,10 +133,11 @@ class SMCState(NamedTuple):
     particles : CGMState with a leading particle axis (P, ...): trees and their cached statistics.
     last : (P,) int32 heap index of each particle's last decided node (-1 at the start; ``N``
         once the particle is finished).
-    log_weight : (P,) float32 unnormalised log weights.
-    resample : () bool, resample before the next stage.
+    log_weight : (P,) float32 unnormalised log weights (island ``i`` holds particles
+        ``i P/I .. (i+1) P/I - 1``; each island's weights sum to its evidence estimate).
+    resample : (I,) bool, resample the island before the next stage.
     stage : () int32 stages done.
-    n_resampled : () int32 stages that started with a resampling.
+    n_resampled : () int32 stages that started with a resampling (of any island).
     """
 
     particles: cgm.CGMState
@@ -138,19 +164,28 @@ class SMCResult(NamedTuple):
     ess: Array
 
 
-def max_stages(max_depth: int) -> int:
-    """Nodes that can be decided: every heap slot above ``max_depth``."""
+def max_stages(max_depth: int, grow: str = "next") -> int:
+    """Stages a run can take: one per heap slot above ``max_depth`` (node-wise), or one per
+    depth level that can split (layer-wise)."""
+    if grow == "layer":
+        return max_depth
     return n_nodes(max_depth - 1) if max_depth > 0 else 0
 
 
+def log_evidence(log_weight: Array, n_islands: int) -> Array:
+    """``log`` of the mean of the islands' evidence estimates (each island's weights sum to
+    its estimate)."""
+    return jax.nn.logsumexp(log_weight) - jnp.log(n_islands)
+
+
 def init(data: TreeData, config: SMCConfig) -> SMCState:
-    """Every particle at the stump, ``log w = log L(stump) - log P``."""
-    P = config.num_particles
+    """Every particle at the stump, ``log w = log L(stump) - log(P / I)``."""
+    P, I = config.num_particles, config.n_islands
     stump = cgm.init(None, data, config.cgm)
     particles = jax.tree.map(lambda a: jnp.broadcast_to(a, (P,) + jnp.shape(a)), stump)
-    log_w = jnp.full((P,), stump.log_lik - jnp.log(P), jnp.float32)
+    log_w = jnp.full((P,), stump.log_lik - jnp.log(P // I), jnp.float32)
     zero = jnp.int32(0)
-    return SMCState(particles, jnp.full((P,), -1, jnp.int32), log_w, jnp.asarray(False), zero, zero)
+    return SMCState(particles, jnp.full((P,), -1, jnp.int32), log_w, jnp.zeros((I,), bool), zero, zero)
 
 
 def _next_node(state: cgm.CGMState, last: Array, data: TreeData) -> tuple[Array, Array]:
@@ -158,6 +193,14 @@ def _next_node(state: cgm.CGMState, last: Array, data: TreeData) -> tuple[Array,
     n = state.tree.is_split.shape[-1]
     queue = leaf_nodes(state.tree) & splittable(state.lo, state.hi, data.split_prob) & (jnp.arange(n) > last)
     return jnp.argmax(queue).astype(jnp.int32), jnp.any(queue)
+
+
+def mark_finished(particles: cgm.CGMState, last: Array, data: TreeData) -> Array:
+    """(P,) ``last`` with ``N`` for every particle that has no node left to decide, so the run
+    stops right after the last decision (no empty stage, no resampling after it)."""
+    n = particles.tree.is_split.shape[-1]
+    _, has = jax.vmap(_next_node, in_axes=(0, 0, None))(particles, last, data)
+    return jnp.where(has, last, n).astype(jnp.int32)
 
 
 def _rule_gains(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int) -> tuple[Array, Array]:
@@ -180,29 +223,42 @@ def _rule_gains(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int) -
     n_valid = jnp.sum(width > 0)
     cut = jnp.arange(n_bins)
     valid = (cut[None, :] >= lo[:, None]) & (cut[None, :] < hi[:, None])
-    log_rule = -jnp.log(jnp.maximum(n_valid, 1)) - jnp.log(jnp.maximum(width, 1))[:, None]
+    log_rule = -jnp.log(jnp.maximum(n_valid, 1)) + cgm.log_cut_probs(data.cut_cumwidth, lo, hi)[:, :n_bins]
     return gain, jnp.where(valid, log_rule, -jnp.inf)
 
 
-def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, config: SMCConfig, n_bins: int):
-    """Decide one particle's next node.  uniforms: (3,).  Returns (state, last, log increment)."""
+def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, config: SMCConfig, n_bins: int,
+             reference: Tree | None = None, is_reference: Array | bool = False):
+    """Decide one particle's next node.  uniforms: (3,).  Returns (state, last, log increment).
+
+    The increments target ``p(T) L(T)^beta`` with the particle's ``state.beta`` (1 for SMC; a
+    tempered rung for Particle Gibbs).  With ``reference`` (a Tree of (N,)) and
+    ``is_reference`` true the decision is *forced* to the reference tree's at that node (split or
+    not, and its rule) -- conditional SMC's replay; its increment is computed exactly as for a
+    free particle (for the one-step-optimal proposal it does not depend on the decision)."""
     node, has = _next_node(state, last, data)
     p = data.split_prob[node]
+    beta = state.beta
     if config.proposal == "prior":
         split = has & (uniforms[0] < p)
-        feature, cut = cgm._draw_rule(uniforms[1], uniforms[2], state.lo[node], state.hi[node])
-        grown = cgm._propose_grow(state, node, feature, cut, data, config.cgm)
-        increment = jnp.where(split, grown.log_lik - state.log_lik, 0.0)
+        feature, cut = cgm._draw_rule(uniforms[1], uniforms[2], state.lo[node], state.hi[node], data.cut_cumwidth)
     else:
         gain, log_rule = _rule_gains(state, node, data, n_bins)
-        log_mass = jnp.concatenate([jnp.log1p(-p)[None], (jnp.log(p) + log_rule + gain).reshape(-1)])
+        log_mass = jnp.concatenate([jnp.log1p(-p)[None], (jnp.log(p) + log_rule + beta * gain).reshape(-1)])
         log_total = jax.nn.logsumexp(log_mass)
         cdf = jnp.cumsum(jnp.exp(log_mass - log_total))
         choice = jnp.minimum(jnp.sum(uniforms[0] * cdf[-1] >= cdf), log_mass.shape[0] - 1)
         split = has & (choice > 0)
         feature = ((choice - 1) // n_bins).astype(jnp.int32)
         cut = ((choice - 1) % n_bins).astype(jnp.int32)
-        grown = cgm._propose_grow(state, node, feature, cut, data, config.cgm)
+    if reference is not None:
+        split = jnp.where(is_reference, has & reference.is_split[node], split)
+        feature = jnp.where(is_reference, reference.feature[node], feature).astype(jnp.int32)
+        cut = jnp.where(is_reference, reference.cut[node], cut).astype(jnp.int32)
+    grown = cgm._propose_grow(state, node, feature, cut, data, config.cgm)
+    if config.proposal == "prior":
+        increment = jnp.where(split, beta * (grown.log_lik - state.log_lik), 0.0)
+    else:
         increment = jnp.where(has, log_total, 0.0)
     new = jax.tree.map(lambda a, b: jnp.where(split, a, b), grown, state)
     n = state.tree.is_split.shape[-1]
@@ -229,24 +285,61 @@ def ess_fraction(log_weight: Array) -> Array:
 
 
 def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMCState:
-    """One stage: resample if flagged, advance every particle by one node, reweight."""
-    P = config.num_particles
+    """One stage: resample the flagged islands, advance every particle (by one node, or by a
+    whole depth level with ``grow="layer"``), reweight, flag the islands to resample next."""
+    P, I = config.num_particles, config.n_islands
+    Q = P // I
     k_resample, k_move = jax.random.split(key)
 
-    def do_resample(s: SMCState) -> SMCState:
-        idx = resample_indices(jax.random.uniform(k_resample, (P,)), s.log_weight, config.resampling)
-        log_z = jax.nn.logsumexp(s.log_weight)
-        particles = jax.tree.map(lambda a: a[idx], s.particles)
-        return s._replace(particles=particles, last=s.last[idx], log_weight=jnp.full((P,), log_z - jnp.log(P)),
-                          n_resampled=s.n_resampled + 1)
+    # Resampling inside each flagged island (the gather is computed for every island and is the
+    # identity for the others).
+    log_w = state.log_weight.reshape(I, Q)
+    u = jax.random.uniform(k_resample, (I, Q))
+    local = jax.vmap(resample_indices, in_axes=(0, 0, None))(u, log_w, config.resampling)
+    local = jnp.where(state.resample[:, None], local, jnp.arange(Q)[None, :])
+    idx = (local + Q * jnp.arange(I)[:, None]).reshape(P)
+    log_z = jax.nn.logsumexp(log_w, axis=1, keepdims=True)
+    log_w = jnp.where(state.resample[:, None], log_z - jnp.log(Q), log_w).reshape(P)
+    particles = jax.tree.map(lambda a: a[idx], state.particles)
+    last = state.last[idx]
+    n = particles.tree.is_split.shape[-1]
+    advance = jax.vmap(functools.partial(_advance, config=config, n_bins=n_bins), in_axes=(0, 0, 0, None))
 
-    state = jax.lax.cond(state.resample, do_resample, lambda s: s, state)
-    uniforms = jax.random.uniform(k_move, (P, 3))
-    advance = functools.partial(_advance, config=config, n_bins=n_bins)
-    particles, last, increment = jax.vmap(advance, in_axes=(0, 0, 0, None))(uniforms, state.particles, state.last, data)
-    log_weight = state.log_weight + increment
-    resample = jnp.asarray(True) if config.ess_threshold >= 1.0 else ess_fraction(log_weight) <= config.ess_threshold
-    return SMCState(particles, last, log_weight, resample, state.stage + 1, state.n_resampled)
+    if config.grow == "next":
+        uniforms = jax.random.uniform(k_move, (P, 3))
+        particles, last, increment = advance(uniforms, particles, last, data)
+    else:
+        # Layer-wise: decide, one node at a time, every splittable leaf at depth == stage (the
+        # product of node-wise proposals, without resampling in between).
+        layer = state.stage
+        next_depth = lambda nodes: jnp.floor(jnp.log2(nodes + 1.0)).astype(jnp.int32)  # noqa: E731
+
+        def active(p, l):
+            node, has = jax.vmap(_next_node, in_axes=(0, 0, None))(p, l, data)
+            return (l < n) & (~has | (next_depth(node) <= layer))
+
+        def cond(carry):
+            p, l, _, _ = carry
+            return jnp.any(active(p, l))
+
+        def body(carry):
+            p, l, inc, k = carry
+            on = active(p, l)
+            new_p, new_l, step_inc = advance(jax.random.uniform(jax.random.fold_in(k_move, k), (P, 3)), p, l, data)
+            p = jax.tree.map(lambda a, b: jnp.where(on.reshape((P,) + (1,) * (a.ndim - 1)), a, b), new_p, p)
+            return p, jnp.where(on, new_l, l), inc + jnp.where(on, step_inc, 0.0), k + 1
+
+        particles, last, increment, _ = jax.lax.while_loop(
+            cond, body, (particles, last, jnp.zeros((P,), jnp.float32), jnp.int32(0))
+        )
+    last = mark_finished(particles, last, data)
+    log_weight = log_w + increment
+    if config.ess_threshold >= 1.0:
+        resample = jnp.ones((I,), bool)
+    else:
+        resample = jax.vmap(ess_fraction)(log_weight.reshape(I, Q)) <= config.ess_threshold
+    return SMCState(particles, last, log_weight, resample, state.stage + 1,
+                    state.n_resampled + jnp.any(state.resample).astype(jnp.int32))
 
 
 def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMCResult:
@@ -254,8 +347,9 @@ def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMC
     feature, i.e. the largest bin code + 1 -- needed by the ``"posterior"`` proposal."""
     if config.proposal == "posterior" and n_bins < 1:
         raise ValueError("the 'posterior' proposal needs n_bins (the largest bin code + 1).")
-    S = max_stages(config.max_depth)
+    S = max_stages(config.max_depth, config.grow)
     n = n_nodes(config.max_depth)
+    I = config.n_islands
 
     def cond(carry):
         state, _ = carry
@@ -264,11 +358,12 @@ def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMC
     def body(carry):
         state, ess = carry
         state = stage(jax.random.fold_in(key, state.stage), state, data, config, n_bins)
-        return state, ess.at[state.stage - 1].set(ess_fraction(state.log_weight))
+        island_ess = jax.vmap(ess_fraction)(state.log_weight.reshape(I, -1))
+        return state, ess.at[state.stage - 1].set(jnp.min(island_ess))
 
     state, ess = jax.lax.while_loop(cond, body, (init(data, config), jnp.full((max(S, 1),), jnp.nan, jnp.float32)))
     p = state.particles
-    return SMCResult(p.tree, state.log_weight, p.log_lik, p.log_prior, jax.nn.logsumexp(state.log_weight),
+    return SMCResult(p.tree, state.log_weight, p.log_lik, p.log_prior, log_evidence(state.log_weight, I),
                      state.stage, state.n_resampled, ess)
 
 

@@ -38,17 +38,20 @@ def _runs(data, grid, config, n_runs, seed=0):
 
 
 @pytest.mark.parametrize(
-    "task,proposal,ess_threshold",
-    [("classification", "prior", 0.0), ("classification", "prior", 1.0), ("classification", "posterior", 0.0),
-     ("classification", "posterior", 1.0), ("regression", "posterior", 1.0)],
+    "task,proposal,ess_threshold,grow,n_islands",
+    [("classification", "prior", 0.0, "next", 1), ("classification", "prior", 1.0, "next", 1),
+     ("classification", "posterior", 0.0, "next", 1), ("classification", "posterior", 1.0, "next", 1),
+     ("regression", "posterior", 1.0, "next", 1), ("classification", "prior", 1.0, "layer", 1),
+     ("regression", "posterior", 1.0, "layer", 2), ("classification", "prior", 1.0, "next", 2)],
 )
-def test_evidence_estimate_is_unbiased(toy_data, task, proposal, ess_threshold):
-    """E[Z_hat] = Z for a fixed resampling schedule (never / after every stage): 20,000 runs of
-    4 particles; the mean of Z_hat / Z must be within 4 standard errors of 1 (and the standard
-    error below 1 %, so the check has power: a missing prior or proposal factor moves the mean by
-    far more)."""
+def test_evidence_estimate_is_unbiased(toy_data, task, proposal, ess_threshold, grow, n_islands):
+    """E[Z_hat] = Z for a fixed resampling schedule (never / after every stage), node-wise and
+    layer-wise, with one or two islands: 20,000 runs of 4 particles; the mean of Z_hat / Z must
+    be within 4 standard errors of 1 (and the standard error below 1 %, so the check has power:
+    a missing prior or proposal factor moves the mean by far more)."""
     data, grid, _, log_z = _problem(toy_data, task, max_depth=2)
-    config = smc.SMCConfig(2, 1, num_particles=4, proposal=proposal, ess_threshold=ess_threshold)
+    config = smc.SMCConfig(2, 1, num_particles=4, proposal=proposal, ess_threshold=ess_threshold, grow=grow,
+                           n_islands=n_islands)
     out = _runs(data, grid, config, 20_000)
     ratio = np.exp(np.asarray(out.log_evidence, np.float64) - log_z)
     mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(len(ratio))
@@ -56,6 +59,8 @@ def test_evidence_estimate_is_unbiased(toy_data, task, proposal, ess_threshold):
     assert abs(mean - 1.0) < 4 * se, (mean, se)
     if ess_threshold == 1.0:
         assert np.all(np.asarray(out.n_resampled) == np.asarray(out.n_stages) - 1)
+        if grow == "layer":  # one stage per depth level that can split
+            assert np.asarray(out.n_stages).max() == 2
     else:
         assert np.all(np.asarray(out.n_resampled) == 0)
 
@@ -67,17 +72,19 @@ def _weighted_frequencies(out, grid) -> dict:
 
 
 @pytest.mark.parametrize(
-    "task,max_depth,min_leaf_size,proposal,ess_threshold",
-    [("classification", 2, 1, "prior", 0.9), ("classification", 3, 2, "posterior", 1.0),
-     ("regression", 2, 1, "posterior", 1.0)],
+    "task,max_depth,min_leaf_size,proposal,ess_threshold,grow,n_islands",
+    [("classification", 2, 1, "prior", 0.9, "next", 1), ("classification", 3, 2, "posterior", 1.0, "next", 1),
+     ("regression", 2, 1, "posterior", 1.0, "next", 1), ("classification", 2, 1, "prior", 0.9, "layer", 4)],
 )
-def test_weighted_particles_match_exact_posterior(toy_data, task, max_depth, min_leaf_size, proposal, ess_threshold):
+def test_weighted_particles_match_exact_posterior(toy_data, task, max_depth, min_leaf_size, proposal, ess_threshold,
+                                                  grow, n_islands):
     """64 runs x 1000 particles, resampling adaptively (prior proposal: ESS <= 0.9; the
     posterior proposal's weights stay near-even, so it resamples after every stage): the weighted final
     particles are within TV 0.04 of the enumerated posterior.  (Monte Carlo error alone: TV 0.023
     on the 256-tree supports, 0.007 on the 17-tree one, and it halves with 8x the particles.)"""
     data, grid, exact, _ = _problem(toy_data, task, max_depth, min_leaf_size)
-    config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold)
+    config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold,
+                           grow=grow, n_islands=n_islands)
     out = _runs(data, grid, config, 64, seed=3)
     assert np.asarray(out.n_resampled).sum() > 0
     freqs = _weighted_frequencies(out, grid)
@@ -92,8 +99,22 @@ def test_no_resampling_identity(toy_data):
     config = smc.SMCConfig(3, 1, num_particles=64, proposal="prior", ess_threshold=0.0)
     out = _runs(data, grid, config, 4)
     np.testing.assert_allclose(np.asarray(out.log_weight) + np.log(64), np.asarray(out.log_lik), atol=1e-4)
+    # the run stops right after the last decision: as many stages as the deepest particle's
+    # splittable nodes (no empty stage at the end)
+    n_decided = [max(_n_decisions(t, data) for t in zip(*(np.asarray(a)[r] for a in out.trees))) for r in range(4)]
+    np.testing.assert_array_equal(np.asarray(out.n_stages), n_decided)
     # the particles differ (the identity is not trivially true of one repeated tree)
     assert len({tuple(r) for r in np.asarray(out.trees.is_split).reshape(-1, 15)}) > 3
+
+
+def _n_decisions(tree, data) -> int:
+    """Nodes a particle had to decide to build ``tree``: its splittable active nodes."""
+    from bdtree_jax.kernels import cgm
+    from bdtree_jax.priors import splittable
+    from bdtree_jax.tree import active_nodes
+
+    st = cgm.init(None, data, cgm.CGMConfig(3), tree=Tree(*(jnp.asarray(a) for a in tree)))
+    return int(jnp.sum(active_nodes(st.tree) & (st.tree.is_split | splittable(st.lo, st.hi, data.split_prob))))
 
 
 def test_resampling_schemes():
@@ -138,6 +159,9 @@ def test_sample_smc_api_and_reproducibility():
         (dict(method="smc", proposal="cgm"), "proposal must be one of"),
         (dict(method="smc", ess_threshold=1.5), "ess_threshold must be a number in"),
         (dict(method="smc", resampling="stratified"), "resampling must be one of"),
+        (dict(method="smc", grow="depth"), "grow must be one of"),
+        (dict(method="smc", num_particles=10, n_islands=3), "n_islands must be an integer >= 1 dividing"),
+        (dict(method="cgm", grow="layer"), "grow is an option of method='smc'"),
         (dict(method="smc", n_temperatures=3), "n_temperatures is an option of method='cgm'"),
         (dict(method="smc", box_constraints=[{0: (None, 1.0)}]), "box_constraints is an option of method='cgm'"),
         (dict(method="smc", move_probs=(0.5, 0.5, 0, 0)), "move_probs is an MCMC option"),
