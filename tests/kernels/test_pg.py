@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import pg, tempering
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior
 from bdtree_jax.sampling import run_chains
 from bdtree_jax.tree import Tree, from_string
 
@@ -21,23 +18,15 @@ DEPTH = 2
 N_START = 40_000
 
 
-def _problem(toy_data, task, max_depth=DEPTH, split_prior="uniform"):
-    X, y_class, y_reg = toy_data
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, split_prior=split_prior)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
-    log_post = np.array([lp + ll for _, lp, ll in trees])
-    prob = np.exp(log_post - np.logaddexp.reduce(log_post))
-    names = [s for s, _, _ in trees]
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik, grid=grid)
-    heaps = [from_string(s, grid.thresholds, max_depth) for s in names]
+def _problem(toy_problem, task, max_depth=DEPTH, split_prior="uniform"):
+    """The toy problem plus every tree of the support as a stacked heap (T, N) and its log lik."""
+    p = toy_problem(task, max_depth, split_prior=split_prior)
+    names = [s for s, _, _ in p["trees"]]
+    prob = np.array([p["exact"][s] for s in names])
+    heaps = [from_string(s, p["grid"].thresholds, max_depth) for s in names]
     stack = Tree(*(jnp.asarray(np.stack([t[i] for t in heaps])) for i in range(3)))
-    log_lik = np.array([ll for _, _, ll in trees])
-    return data, grid, dict(zip(names, prob)), prob, stack, log_lik
+    log_lik = np.array([ll for _, _, ll in p["trees"]])
+    return p["data"], p["grid"], p["exact"], prob, stack, log_lik
 
 
 def _one_sweep(config, data, stack, start, seed=1):
@@ -63,7 +52,7 @@ def _one_sweep(config, data, stack, start, seed=1):
         ("classification", 2, "prior", False, "uniform"),  # negative control: must fail
     ],
 )
-def test_sweep_leaves_exact_posterior_invariant(toy_data, task, num_particles, proposal, include_reference,
+def test_sweep_leaves_exact_posterior_invariant(toy_problem, task, num_particles, proposal, include_reference,
                                                split_prior):
     """Spec §4 item 11(a): T0 ~ pi exactly (40,000 draws from the enumeration), one sweep each;
     the outputs must again be distributed as pi.  The 40,000 iid inputs themselves are at TV
@@ -73,7 +62,7 @@ def test_sweep_leaves_exact_posterior_invariant(toy_data, task, num_particles, p
     sweep must return the reference every time, and the reference's replayed weight is its own
     likelihood (item 10: with one particle resampling is the identity, so
     ``log Z_hat = log L(T*)``)."""
-    data, grid, exact, prob, stack, log_lik = _problem(toy_data, task, split_prior=split_prior)
+    data, grid, exact, prob, stack, log_lik = _problem(toy_problem, task, split_prior=split_prior)
     start = np.random.default_rng(0).choice(len(prob), size=N_START, p=prob)
     config = pg.PGConfig(DEPTH, 1, num_particles, proposal, n_bins=int(grid.n_cuts.max()) + 1,
                          include_reference=include_reference)
@@ -97,12 +86,12 @@ def test_sweep_leaves_exact_posterior_invariant(toy_data, task, num_particles, p
 
 
 @pytest.mark.parametrize("n_temperatures", [1, 3])
-def test_chain_matches_exact_posterior(toy_data, n_temperatures):
+def test_chain_matches_exact_posterior(toy_problem, n_temperatures):
     """Spec §4 item 11(b): 16 chains x 5,000 PG sweeps (10 particles) -- alone and as the kernel
     of a 3-rung tempered chain, chains sharded over the test session's CPU devices -- within TV
     0.04 of the enumerated posterior (a 256-tree support; PG's draws are nearly independent here,
     so the error is close to that of 80,000 iid draws, ~0.022; 8 x 4,000 gave 0.033-0.035)."""
-    data, grid, exact, _, _, _ = _problem(toy_data, "classification")
+    data, grid, exact, _, _, _ = _problem(toy_problem, "classification")
     algorithm = pg.particle_gibbs(pg.PGConfig(DEPTH, 1, 10, "prior"))
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))

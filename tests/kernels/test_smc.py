@@ -8,28 +8,14 @@ import pytest
 from scipy.special import logsumexp
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import smc
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior
 from bdtree_jax.tree import Tree  # noqa: F401
 
 
-def _problem(toy_data, task, max_depth, min_leaf_size=1):
-    X, y_class, y_reg = toy_data
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
-    log_post = np.array([lp + ll for _, lp, ll in trees])
-    log_z = float(logsumexp(log_post))
-    exact = {s: float(np.exp(v - log_z)) for (s, _, _), v in zip(trees, log_post)}
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik)
-    return data, grid, exact, log_z
+def _problem(toy_problem, task, max_depth, min_leaf_size=1):
+    p = toy_problem(task, max_depth, min_leaf_size)
+    return p["data"], p["grid"], p["exact"], p["log_z"]
 
 
 def _runs(data, grid, config, n_runs, seed=0):
@@ -44,12 +30,12 @@ def _runs(data, grid, config, n_runs, seed=0):
      ("regression", "posterior", 1.0, "next", 1), ("classification", "prior", 1.0, "layer", 1),
      ("regression", "posterior", 1.0, "layer", 2), ("classification", "prior", 1.0, "next", 2)],
 )
-def test_evidence_estimate_is_unbiased(toy_data, task, proposal, ess_threshold, grow, n_islands):
+def test_evidence_estimate_is_unbiased(toy_problem, task, proposal, ess_threshold, grow, n_islands):
     """E[Z_hat] = Z for a fixed resampling schedule (never / after every stage), node-wise and
     layer-wise, with one or two islands: 20,000 runs of 4 particles; the mean of Z_hat / Z must
     be within 4 standard errors of 1 (and the standard error below 1 %, so the check has power:
     a missing prior or proposal factor moves the mean by far more)."""
-    data, grid, _, log_z = _problem(toy_data, task, max_depth=2)
+    data, grid, _, log_z = _problem(toy_problem, task, max_depth=2)
     config = smc.SMCConfig(2, 1, num_particles=4, proposal=proposal, ess_threshold=ess_threshold, grow=grow,
                            n_islands=n_islands)
     out = _runs(data, grid, config, 20_000)
@@ -76,13 +62,13 @@ def _weighted_frequencies(out, grid) -> dict:
     [("classification", 2, 1, "prior", 0.9, "next", 1), ("classification", 3, 2, "posterior", 1.0, "next", 1),
      ("regression", 2, 1, "posterior", 1.0, "next", 1), ("classification", 2, 1, "prior", 0.9, "layer", 4)],
 )
-def test_weighted_particles_match_exact_posterior(toy_data, task, max_depth, min_leaf_size, proposal, ess_threshold,
+def test_weighted_particles_match_exact_posterior(toy_problem, task, max_depth, min_leaf_size, proposal, ess_threshold,
                                                   grow, n_islands):
     """64 runs x 1000 particles, resampling adaptively (prior proposal: ESS <= 0.9; the
     posterior proposal's weights stay near-even, so it resamples after every stage): the weighted final
     particles are within TV 0.04 of the enumerated posterior.  (Monte Carlo error alone: TV 0.023
     on the 256-tree supports, 0.007 on the 17-tree one, and it halves with 8x the particles.)"""
-    data, grid, exact, _ = _problem(toy_data, task, max_depth, min_leaf_size)
+    data, grid, exact, _ = _problem(toy_problem, task, max_depth, min_leaf_size)
     config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold,
                            grow=grow, n_islands=n_islands)
     out = _runs(data, grid, config, 64, seed=3)
@@ -92,10 +78,10 @@ def test_weighted_particles_match_exact_posterior(toy_data, task, max_depth, min
     assert tv_distance(freqs, exact) <= 0.04
 
 
-def test_no_resampling_identity(toy_data):
+def test_no_resampling_identity(toy_problem):
     """Prior proposal, never resampling: each final log weight + log P is its tree's log
     likelihood (spec §1.5's debug identity), and every particle has finished."""
-    data, grid, _, _ = _problem(toy_data, "classification", max_depth=3)
+    data, grid, _, _ = _problem(toy_problem, "classification", max_depth=3)
     config = smc.SMCConfig(3, 1, num_particles=64, proposal="prior", ess_threshold=0.0)
     out = _runs(data, grid, config, 4)
     np.testing.assert_allclose(np.asarray(out.log_weight) + np.log(64), np.asarray(out.log_lik), atol=1e-4)
