@@ -411,7 +411,8 @@ class Posterior(_DrawSummaries):
             "log_prior": kept("log_prior"),
             "accepted": kept("accepted"),
             "move": kept("move"),
-            **{k: kept(k) for k in ("swap_pair", "swap_accepted", "regrow_accepted") if k in self.stats},
+            # kernel extras (tempering swaps, regrow, PG's chosen particle and stages, ...)
+            **{k: kept(k) for k in self.stats if k not in _SCALARS and k != "log_posterior"},
         }
         groups = {"posterior": posterior, "sample_stats": sample_stats}
         dims = {}

@@ -254,7 +254,7 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
 # ----------------------------------------------------------------------------------------------
 # The one-call API: validate, build the model, run, return a Posterior.
 
-METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg")
+METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg", "wu")
 RJHMC_METHODS = ("hmc-df", "hmc-dfi")
 TASKS = ("classification", "regression")
 
@@ -266,7 +266,7 @@ PROPOSALS = ("cgm", "regrow", "cgm+regrow")
 
 
 def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,),
-                     edit=None, num_particles=None):
+                     edit=None, num_particles=None, n_local=None):
     """The hard-tree MH kernel's static config and :class:`SamplingAlgorithm` for a built model,
     tuned for how chains will run (``chain_method``; default: as :func:`run_chains` picks it).
 
@@ -276,7 +276,8 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
     for the edit prior (:mod:`~bdtree_jax.kernels.edit`; ``data`` is then an ``EditData``), whose
     local moves play CGM's part and whose backtracking moves play regrow's; ``num_particles``:
     Particle Gibbs (:mod:`~bdtree_jax.kernels.pg`) with that many particles and ``proposal``
-    "prior" or "posterior"."""
+    "prior" or "posterior"; ``n_local``: the WU schedule (:mod:`~bdtree_jax.kernels.wu`: ``n_local`` CGM
+    steps, one restructure, ``n_local`` CGM steps per iteration)."""
     from .kernels import cgm as cgm_kernel, edit as edit_kernel, pg as pg_kernel, regrow as regrow_kernel, tempering
 
     if num_particles is not None:
@@ -308,6 +309,14 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
         incremental=chain_method == "sequential",
     )
     regrow_config = regrow_kernel.RegrowConfig(config.max_depth, config.min_leaf_size, config.trace_dtypes)
+    if n_local is not None:
+        from .kernels import wu as wu_kernel
+
+        wu_config = wu_kernel.WUConfig(config, int(n_local))
+        algorithm = wu_kernel.wu(wu_config)
+        if len(betas) > 1:
+            algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+        return (wu_config, tuple(betas)), algorithm
     if proposal == "cgm":
         algorithm = cgm_kernel.cgm(config)
     elif proposal == "regrow":
@@ -407,6 +416,7 @@ def sample(
     resampling: str = "multinomial",
     grow: str = "next",
     n_islands: int = 1,
+    n_local: int = 25,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -423,7 +433,10 @@ def sample(
         independent run and its ``num_samples`` draws are resampled from the final particles;
         returns an :class:`~bdtree_jax.posterior.SMCPosterior` with ``log_evidence``), or "pg"
         (Particle Gibbs: every iteration is a conditional SMC sweep with the chain's current
-        tree as the reference particle; :mod:`bdtree_jax.kernels.pg`; an MCMC chain like "cgm").
+        tree as the reference particle; :mod:`bdtree_jax.kernels.pg`; an MCMC chain like "cgm"), or
+        "wu" (Wu, Tjelmeland & West 2007's schedule: per iteration ``n_local`` CGM steps, one
+        restructure move that redraws the tree over its fixed leaf partition, ``n_local`` CGM
+        steps; :mod:`bdtree_jax.kernels.wu`).
     max_depth, alpha, beta, min_leaf_size : the tree prior (:class:`~bdtree_jax.priors.TreePrior`;
         RJHMC: the same ``alpha (1+d)^-beta`` conditioned on the root splitting, no
         ``min_leaf_size``).
@@ -456,7 +469,7 @@ def sample(
         uniformly chosen node's subtree and regrow it from the prior;
         :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration).
         method="smc" or "pg": "prior" (the default) or "posterior" (one-step optimal).
-    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; every method but "pcfg"):
+    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; "cgm", "pg", "hmc-df", "hmc-dfi"):
         ``n_temperatures`` rungs with inverse temperatures ``1 / (1 + delta_t * i)`` (each targets
         prior x likelihood**beta); a swap between two random rungs is proposed after every
         iteration and only the cold rung is kept.  1 = off.
@@ -475,6 +488,7 @@ def sample(
     grow, n_islands : method="smc": "next" (node-wise: one node per particle and stage) or
         "layer" (a whole depth level per stage); independent particle islands (dividing
         ``num_particles``), each resampling on its own.
+    n_local : method="wu": CGM steps before and after each restructure (default 25, the paper's).
     ess_threshold, resampling : method="smc": resampling when
         the effective sample size falls to ``ess_threshold * num_particles`` (0: never, 1: after
         every stage), and "multinomial" or "systematic" resampling.
@@ -522,6 +536,10 @@ def sample(
         for name, v, default in options:
             if v is not default and v != default:
                 raise ValueError(f"{where}{name} is an option of method='cgm'; method={method!r} does not use it.")
+    if not isinstance(n_local, (int, np.integer)) or isinstance(n_local, bool) or n_local < 1:
+        raise ValueError(f"{where}n_local must be an integer >= 1; got {n_local!r}.")
+    if method != "wu" and n_local != 25:
+        raise ValueError(f"{where}n_local is an option of method='wu'; method={method!r} does not use it.")
     if method not in ("smc", "pg") and num_particles is not None:
         raise ValueError(f"{where}num_particles is an option of method='smc' or 'pg'; method={method!r} does not use it.")
     if method != "smc":
@@ -585,7 +603,8 @@ def sample(
     if initial_tree is not None:
         data, edit = _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where)
     config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas, edit=edit,
-                                         num_particles=num_particles if method == "pg" else None)
+                                         num_particles=num_particles if method == "pg" else None,
+                                         n_local=n_local if method == "wu" else None)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,
