@@ -7,13 +7,13 @@ A config is a flat YAML mapping (unknown keys are an error)::
     split: paper              # "paper" (load_split), "none" (train = test = all rows), or a
                               # test fraction such as 0.3 (stratified for classification, seeded)
     task: classification      # optional; inferred from the dataset
-    method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc or pg
+    method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc, pg or wu
     max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, split_prior
     alpha: 0.95               #        (uniform | range), concentration, nu, lam, a, mu_bar,
     beta: 1.0                 #        move_probs; RJHMC (hmc-*): h_init, h_final, schedule,
                               #        leg_steps, warmup_move_probs; PCFG: log_phi, n_buckets;
                               #        SMC / PG: proposal, num_particles; SMC: ess_threshold,
-                              #        resampling, grow, n_islands
+                              #        resampling, grow, n_islands; WU: n_local
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
     num_samples: 500
     num_chains: 10
@@ -48,7 +48,7 @@ _MODEL_KEYS = {
     "move_probs",
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
     "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",
-    "num_particles", "ess_threshold", "resampling", "grow", "n_islands",
+    "num_particles", "ess_threshold", "resampling", "grow", "n_islands", "n_local",
 }
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}

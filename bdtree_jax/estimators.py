@@ -64,7 +64,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg"}
+    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg", "wu"}
         Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
         trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
         feature per node / simplex weights over features (``posterior_`` is then a
@@ -75,6 +75,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         :class:`~bdtree_jax.posterior.SMCPosterior`, with the evidence estimate ``log_evidence``).
         "pg": Particle Gibbs (Lakshminarayanan et al. 2015), an MCMC chain whose every iteration
         is a conditional SMC sweep with the current tree as the reference particle (same prior).
+        "wu": Wu, Tjelmeland & West (2007), CGM steps around a restructure move that redraws
+        the tree over its fixed leaf partition (same prior).
     max_depth : int, default 6
         Depth at which the tree prior is truncated (a node there is a leaf).
     alpha, beta : float, default 0.95, 1.0
@@ -137,6 +139,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         "systematic").  Each "smc" chain is an independent run whose ``num_samples`` draws are
         resampled from its final particles (``num_warmup`` is not used).  "pg" resamples
         multinomially before every stage.
+    n_local : int, default 25
+        "wu": CGM steps before and after the restructure move of every iteration.
 
     Attributes
     ----------
@@ -190,6 +194,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         num_particles: int | None = None,
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
+        n_local: int = 25,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -222,6 +227,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.num_particles = num_particles
         self.ess_threshold = ess_threshold
         self.resampling = resampling
+        self.n_local = n_local
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -300,6 +306,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         num_particles: int | None = None,
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
+        n_local: int = 25,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -335,6 +342,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.num_particles = num_particles
         self.ess_threshold = ess_threshold
         self.resampling = resampling
+        self.n_local = n_local
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

@@ -469,7 +469,8 @@ def sample(
         uniformly chosen node's subtree and regrow it from the prior;
         :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration).
         method="smc" or "pg": "prior" (the default) or "posterior" (one-step optimal).
-    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; "cgm", "pg", "hmc-df", "hmc-dfi"):
+    n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; "cgm", "pg", "wu", "hmc-df",
+        "hmc-dfi"):
         ``n_temperatures`` rungs with inverse temperatures ``1 / (1 + delta_t * i)`` (each targets
         prior x likelihood**beta); a swap between two random rungs is proposed after every
         iteration and only the cold rung is kept.  1 = off.
@@ -524,7 +525,7 @@ def sample(
         raise ValueError(f"{where}split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
     if split_prior != "uniform" and (method in RJHMC_METHODS or method == "pcfg"):
         raise ValueError(
-            f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'smc', 'pg'); "
+            f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'wu', 'smc', 'pg'); "
             f"method={method!r} has its own prior and does not use it."
         )
     if method != "cgm":
