@@ -1,0 +1,682 @@
+"""BART: Bayesian additive regression trees by Bayesian backfitting on padded trees.
+
+Model (Chipman, George & McCulloch 2010, "BART"; smc-pg spec §2.1–2.2)::
+
+    y_i = sum_{m=1..M} g(x_i; T_m, mu_m) + eps_i,     eps_i ~ N(0, sigma2)
+
+on ``y`` rescaled to ``[-0.5, 0.5]`` by its min and max.  Every tree has the CGM98 prior of
+:mod:`bdtree_jax.priors` (``alpha (1 + d)**-beta``, BART's ``alpha = 0.95, beta = 2``) truncated
+at ``max_depth`` (6: a node there is a leaf; with ``beta = 2`` the cap rarely binds, and the trace
+records how often it does), leaf values ``mu ~ N(0, tau2)`` with ``tau = 0.5 / (k sqrt(M))``, and
+``sigma2 ~ nu lam / chi2_nu`` with ``lam`` such that ``P(sigma < sigma_hat) = q``, ``sigma_hat``
+the residual sd of a linear regression of (rescaled) ``y`` on ``X`` (``sd(y)`` if there are too
+few rows).
+
+One iteration (a *sweep*) is Bayesian backfitting, a ``lax.scan`` over the trees in a fixed order:
+
+1. partial residual ``R = y - (fit - fit_m)``;
+2. tree ``m``'s cached node statistics are recomputed on ``R`` (its rows' leaves and valid-cut
+   bounds do not depend on ``R`` and are kept);
+3. one update of ``T_m`` with its leaf values integrated out (:class:`~bdtree_jax.likelihoods.
+   BARTLeafNormal` with the current ``sigma2``), by the sampler named by ``tree_sampler``:
+
+   * ``"grow-prune"``: one CGM98 Metropolis–Hastings proposal with moves (grow, prune) = (½, ½)
+     (:mod:`bdtree_jax.kernels.cgm`, ``move_probs=(0.5, 0.5, 0, 0)``);
+   * ``"cgm"``: one proposal among grow / prune / change / swap (0.25, 0.25, 0.4, 0.1);
+   * ``"pg"``: one conditional-SMC sweep with the current tree as the reference
+     (:mod:`bdtree_jax.kernels.pg`, ``num_particles`` particles, prior proposal);
+
+4. the leaf values from their conjugate normal posterior; the fit is updated;
+
+and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
+``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.  Every tree update is the unchanged kernel on a
+:class:`~bdtree_jax.kernels.cgm.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
+``point_stats`` and ``likelihood`` are swapped in; every shape is fixed (``M`` trees of
+``2**(max_depth+1) - 1`` heap slots), so one run compiles once whatever the trees.
+
+State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
+(its cached statistics refer to the residual of each tree's last update), ``leaf_values (M, N)``
+(0 off the leaves), the total fit at the training rows ``(n,)`` (recomputed exactly from the
+trees at the start of every sweep, so float32 round-off does not accumulate) and ``sigma2 ()``.
+
+Trace per iteration (:func:`trace`): ``sigma`` and ``train_rmse`` (original ``y`` units), mean
+leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
+trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
+``(M, N)``) and ``leaf_values (M, N)`` float32, needed to predict at new inputs.  That is
+``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 203 KB
+for ``M = 200, max_depth = 6`` (1000 draws of 4 chains: 0.8 GB).  The driver records warm-up
+iterations too (dropped after the run).  ``BARTConfig(record_trees=False)`` keeps only the scalars.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._types import Array, PRNGKey
+from .data import SPLIT_PRIORS, SplitGrid, TreeData, check_regression_y, check_X, make_split_grid, make_tree_data
+from .kernels import cgm, pg
+from .kernels.base import SamplingAlgorithm
+from .likelihoods import BARTLeafNormal
+from .priors import TreePrior, regrow_subtree, subtree_sums
+from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth
+
+__all__ = [
+    "TREE_SAMPLERS", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "BARTPosterior", "BARTRegressor",
+    "bart", "build_model", "default_hyperparameters", "geweke_step", "init", "prior_draw", "simulate_y", "step",
+    "sum_of_trees", "trace",
+]
+
+TREE_SAMPLERS = ("grow-prune", "cgm", "pg")
+GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
+CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel
+
+
+@dataclass(frozen=True)
+class BARTConfig:
+    """Static configuration of the backfitting sweep (numbers that do not change the program --
+    ``alpha``, ``beta``, ``tau2``, ``nu``, ``lam`` -- travel in :class:`BARTData`).
+
+    Attributes
+    ----------
+    n_trees : M.
+    max_depth, min_leaf_size : the tree prior's structure.
+    tree_sampler : "grow-prune", "cgm" or "pg" (module docstring).
+    num_particles : particles of "pg" (the reference included).
+    sample_sigma : draw ``sigma2`` every sweep (False: keep ``BARTData.sigma2_init``; for tests).
+    trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut``.
+    incremental : CGM re-scores only what a move touches (best for sequential chains, CPU).
+    record_trees : put the trees and leaf values in the per-iteration trace.
+    """
+
+    n_trees: int
+    max_depth: int = 6
+    tree_sampler: str = "grow-prune"
+    min_leaf_size: int = 1
+    num_particles: int = 10
+    sample_sigma: bool = True
+    trace_dtypes: tuple = ("int32", "int32")
+    incremental: bool = True
+    record_trees: bool = True
+
+    def __post_init__(self):
+        if self.tree_sampler not in TREE_SAMPLERS:
+            raise ValueError(f"tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
+        if not _is_int(self.n_trees) or self.n_trees < 1:
+            raise ValueError(f"n_trees must be an integer >= 1; got {self.n_trees!r}.")
+        if not _is_int(self.num_particles) or self.num_particles < 1:
+            raise ValueError(f"num_particles must be an integer >= 1; got {self.num_particles!r}.")
+
+    @property
+    def cgm(self) -> cgm.CGMConfig:
+        moves = GROW_PRUNE_MOVES if self.tree_sampler == "grow-prune" else CGM_MOVES
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, moves, tuple(self.trace_dtypes), self.incremental)
+
+    @property
+    def pg(self) -> pg.PGConfig:
+        return pg.PGConfig(self.max_depth, self.min_leaf_size, int(self.num_particles), "prior",
+                           trace_dtypes=tuple(self.trace_dtypes))
+
+
+class BARTData(NamedTuple):
+    """What a sweep reads (a pytree of arrays; pass it, never close over it).
+
+    tree_data : TreeData of the inputs; its ``likelihood`` is a :class:`BARTLeafNormal` carrying
+        ``tau2`` (its ``sigma2`` and ``point_stats`` are replaced in every tree update).
+    y : (n,) float32 the response on the model's scale (rescaled to [-0.5, 0.5]).
+    nu, lam : () the scaled inverse-chi2 prior of ``sigma2``.
+    sigma2_init : () initial ``sigma2`` (``sigma_hat**2``).
+    y_scale : () original units per model unit (to report ``sigma`` and the RMSE in ``y``'s units).
+    """
+
+    tree_data: TreeData
+    y: Array
+    nu: Array
+    lam: Array
+    sigma2_init: Array
+    y_scale: Array
+
+
+class BARTState(NamedTuple):
+    """One chain: ``trees`` CGMState with leading axis M; ``leaf_values`` (M, N) float32 (0 off the
+    leaves); ``fit`` (n,) sum of the trees at the training rows; ``sigma2`` ()."""
+
+    trees: cgm.CGMState
+    leaf_values: Array
+    fit: Array
+    sigma2: Array
+
+
+class BARTInfo(NamedTuple):
+    """Per sweep: ``accepted`` (M,) bool tree changed; ``sigma`` () and ``train_rmse`` () in the
+    original units of ``y`` (after the sweep)."""
+
+    accepted: Array
+    sigma: Array
+    train_rmse: Array
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _residual_data(data: BARTData, residual: Array, sigma2: Array) -> TreeData:
+    """The TreeData of one tree update: rows ``[1, r, r**2]`` of the residual and the leaf model
+    with the current ``sigma2``."""
+    point_stats = jnp.stack([jnp.ones_like(residual), residual, residual * residual], axis=1)
+    likelihood = BARTLeafNormal(sigma2, data.tree_data.likelihood.tau2)
+    return data.tree_data._replace(point_stats=point_stats.astype(jnp.float32), likelihood=likelihood)
+
+
+def _tree_fits(state: BARTState) -> Array:
+    """(M, n) every tree's leaf value at every training row."""
+    return jax.vmap(lambda values, leaf: values[leaf])(state.leaf_values, state.trees.leaf_id)
+
+
+def _draw_sigma2(key: PRNGKey, residual: Array, nu: Array, lam: Array) -> Array:
+    """``sigma2 | rest ~ IG((nu + n)/2, (nu lam + sum r**2)/2)``."""
+    shape = 0.5 * (nu + residual.shape[0])
+    rate = 0.5 * (nu * lam + jnp.sum(residual * residual))
+    return (rate / jax.random.gamma(key, shape)).astype(jnp.float32)
+
+
+def _update_tree(key, uniforms, state: cgm.CGMState, data: TreeData, config: BARTConfig):
+    """One update of one tree by the configured sampler; returns (state, changed)."""
+    if config.tree_sampler == "pg":
+        new, info = pg.step(key, state, data, config.pg)
+    else:
+        new, info = cgm.step_with_uniforms(uniforms, state, data, config.cgm)
+    return new, info.accepted
+
+
+def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
+    """Every tree a stump with leaf value 0, ``sigma2 = sigma2_init``.  ``key`` is unused."""
+    del key
+    stump = cgm.init(None, data.tree_data, config.cgm)
+    M = config.n_trees
+    trees = jax.tree.map(lambda a: jnp.broadcast_to(a, (M,) + jnp.shape(a)), stump)
+    n = data.y.shape[0]
+    N = n_nodes(config.max_depth)
+    return BARTState(trees, jnp.zeros((M, N), jnp.float32), jnp.zeros((n,), jnp.float32),
+                     jnp.asarray(data.sigma2_init, jnp.float32))
+
+
+def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:
+    """One backfitting sweep over the trees, then ``sigma2`` (module docstring)."""
+    M = config.n_trees
+    N = n_nodes(config.max_depth)
+    k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
+    uniforms = jax.random.uniform(k_moves, (M, 5))
+    normals = jax.random.normal(k_leaves, (M, N))
+    tree_keys = jax.random.split(k_trees, M)
+    sigma2 = state.sigma2
+    total = _tree_fits(state).sum(0)  # exact, from the trees (no accumulated round-off)
+
+    def body(total, xs):
+        tree_state, values, u, z, k = xs
+        old = values[tree_state.leaf_id]
+        residual = data.y - (total - old)
+        data_m = _residual_data(data, residual, sigma2)
+        # re-score on the residual: the rows' leaves and valid-cut bounds do not change
+        stats = subtree_sums(data_m.point_stats, tree_state.leaf_id, N)
+        tree_state = cgm._with_scores(tree_state.tree, tree_state.leaf_id, stats, tree_state.lo, tree_state.hi,
+                                      data_m, 1.0)
+        new, changed = _update_tree(k, u, tree_state, data_m, config)
+        mean, sd = data_m.likelihood.leaf_posterior(new.stats)
+        values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
+        return total - old + values[new.leaf_id], (new, values, changed)
+
+    total, (trees, values, changed) = jax.lax.scan(body, total, (state.trees, state.leaf_values, uniforms, normals,
+                                                                 tree_keys))
+    residual = data.y - total
+    if config.sample_sigma:
+        sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
+    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale)
+    return BARTState(trees, values, total, sigma2), info
+
+
+def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
+    """The per-iteration record (module docstring)."""
+    t = state.trees.tree
+    leaves = jax.vmap(n_leaves)(t)
+    depth = jax.vmap(tree_depth)(t)
+    out = dict(
+        sigma=info.sigma,
+        train_rmse=info.train_rmse,
+        n_leaves=jnp.mean(leaves.astype(jnp.float32)),
+        depth=jnp.mean(depth.astype(jnp.float32)),
+        at_max_depth=jnp.mean((depth >= config.max_depth).astype(jnp.float32)),
+        accepted=jnp.mean(info.accepted.astype(jnp.float32)),
+    )
+    if config.record_trees:
+        out["tree"] = Tree(t.is_split, t.feature.astype(config.trace_dtypes[0]), t.cut.astype(config.trace_dtypes[1]))
+        out["leaf_values"] = state.leaf_values
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def bart(config: BARTConfig) -> SamplingAlgorithm:
+    """BART as a :class:`SamplingAlgorithm` on :class:`BARTData` (for
+    :func:`bdtree_jax.sampling.run_chains`); cached per configuration so equal configurations share
+    compiled programs."""
+
+    def init_fn(key, data):
+        return init(key, data, config)
+
+    def step_fn(key, state, data):
+        return step(key, state, data, config)
+
+    def trace_fn(state, info):
+        return trace(state, info, config)
+
+    return SamplingAlgorithm(init_fn, step_fn, trace_fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation from the model (prior draws, Geweke's successive-conditional simulator)
+
+
+def simulate_y(key: PRNGKey, state: BARTState) -> Array:
+    """A response ``y ~ N(fit, sigma2)`` (n,) on the model's scale given trees, leaves and sigma."""
+    return state.fit + jnp.sqrt(state.sigma2) * jax.random.normal(key, state.fit.shape)
+
+
+def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig):
+    """One step of Geweke's (2004) successive-conditional simulator: ``y ~ p(y | state)``, then
+    one sweep given that ``y``.  Its stationary law is the prior of the state (tested against
+    :func:`prior_draw`).  Returns ``(state, data with the new y, info)``."""
+    k_y, k_sweep = jax.random.split(key)
+    data = data._replace(y=simulate_y(k_y, state).astype(jnp.float32))
+    state, info = step(k_sweep, state, data, config)
+    return state, data, info
+
+
+def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
+    """A draw of trees, leaf values and ``sigma2`` from the prior (trees grown top-down from the
+    stump by :func:`~bdtree_jax.priors.regrow_subtree`, the same truncated CGM98 prior on the
+    training inputs; ``sigma2 = sigma2_init`` when ``config.sample_sigma`` is False)."""
+    M, N = config.n_trees, n_nodes(config.max_depth)
+    td = data.tree_data
+    stump = cgm.init(None, td, config.cgm)
+    k_trees, k_leaves, k_sigma = jax.random.split(key, 3)
+
+    def one(k_tree, k_leaf):
+        tree, leaf_id, lo, hi = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
+                                               jax.random.uniform(k_tree, (N, 3)), td, config.min_leaf_size)
+        state = cgm._score(tree, td, config.cgm, 1.0)
+        values = jnp.sqrt(td.likelihood.tau2) * jax.random.normal(k_leaf, (N,))
+        return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
+
+    trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M))
+    if config.sample_sigma:
+        sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
+    else:
+        sigma2 = data.sigma2_init
+    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32))
+    return state._replace(fit=_tree_fits(state).sum(0))
+
+
+# ----------------------------------------------------------------------------------------------
+# Model building (host side)
+
+
+def default_hyperparameters(X: np.ndarray, y_scaled: np.ndarray, n_trees: int, *, k: float = 2.0, nu: float = 3.0,
+                            q: float = 0.9) -> dict:
+    """Chipman et al. (2010)'s calibration on the rescaled response ``y_scaled`` (in [-0.5, 0.5]).
+
+    * ``tau = 0.5 / (k sqrt(n_trees))``: the sum of ``M`` leaf values has prior sd ``0.5 / k``
+      (``k = 2``: 95% of the prior mass of ``f(x)`` inside the range of ``y``);
+    * ``sigma_hat``: residual sd of the least-squares fit of ``y_scaled`` on ``[1, X]``, or
+      ``sd(y_scaled)`` when there are no residual degrees of freedom (or the fit is exact);
+    * ``lam = sigma_hat**2 chi2_nu^{-1}(1 - q) / nu``, so that ``P(sigma < sigma_hat) = q`` under
+      ``sigma2 ~ nu lam / chi2_nu``.
+    """
+    from scipy.stats import chi2
+
+    n = X.shape[0]
+    design = np.column_stack([np.ones(n), X])
+    sigma_hat = 0.0
+    if n > design.shape[1]:
+        coef, _, rank, _ = np.linalg.lstsq(design, y_scaled, rcond=None)
+        df = n - rank
+        if df > 0:
+            sigma_hat = float(np.sqrt(np.sum((y_scaled - design @ coef) ** 2) / df))
+    if not sigma_hat > 1e-8:
+        sigma_hat = float(np.std(y_scaled, ddof=1))
+    lam = sigma_hat**2 * float(chi2.ppf(1.0 - q, nu)) / nu
+    tau = 0.5 / (k * np.sqrt(n_trees))
+    return dict(tau2=float(tau**2), nu=float(nu), lam=float(lam), sigma_hat=sigma_hat)
+
+
+def build_model(X: np.ndarray, y: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
+                beta: float = 2.0, k: float = 2.0, nu: float = 3.0, q: float = 0.9, split_prior: str = "uniform",
+                min_leaf_size: int = 1) -> tuple[BARTData, dict]:
+    """Validated numpy ``X`` (n, F) and non-constant ``y`` (n,) -> (:class:`BARTData`, model dict
+    with the split grid, the prior, the ``y`` rescaling and the hyperparameters)."""
+    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                      split_prior=split_prior)
+    y = np.asarray(y, float)
+    y_min, y_max = float(y.min()), float(y.max())
+    y_offset, y_scale = 0.5 * (y_min + y_max), y_max - y_min
+    y_scaled = (y - y_offset) / y_scale
+    hp = default_hyperparameters(X, y_scaled, n_trees, k=k, nu=nu, q=q)
+    grid = make_split_grid(X)
+    bins = grid.bin(X)
+    likelihood = BARTLeafNormal(np.float32(hp["sigma_hat"] ** 2), np.float32(hp["tau2"]))
+    tree_data = make_tree_data(bins, y_scaled, prior, likelihood, grid=grid)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    data = BARTData(tree_data, f32(y_scaled), f32(hp["nu"]), f32(hp["lam"]), f32(hp["sigma_hat"] ** 2), f32(y_scale))
+    model = dict(grid=grid, prior=prior, y_offset=y_offset, y_scale=y_scale, train_bins=bins, **hp)
+    return data, model
+
+
+# ----------------------------------------------------------------------------------------------
+# Prediction
+
+
+@jax.jit
+def sum_of_trees(trees: Tree, leaf_values: Array, bins: Array) -> Array:
+    """Sum over trees of each tree's leaf value at every row, per draw.
+
+    trees : Tree of (D, M, N) arrays; leaf_values : (D, M, N); bins : (n, F) bin codes.
+    Returns (D, n) on the model's scale (a scan over the trees: memory ``D n``).
+    """
+    trees = Tree(trees.is_split, trees.feature.astype(jnp.int32), trees.cut.astype(jnp.int32))
+
+    def one_draw(tree_stack, values):
+        def add(total, xs):
+            tree, v = xs
+            return total + v[leaf_index(tree, bins)], None
+
+        total, _ = jax.lax.scan(add, jnp.zeros(bins.shape[0], jnp.float32), (tree_stack, values))
+        return total
+
+    return jax.vmap(one_draw)(trees, leaf_values)
+
+
+@dataclass(eq=False)
+class BARTPosterior:
+    """Draws of a BART run (kept iterations only).
+
+    Attributes
+    ----------
+    trees : Tree of (C, S, M, N) arrays; leaf_values : (C, S, M, N) float32 (model scale).
+    stats : dict of (C, S) per-iteration scalars: ``sigma``, ``train_rmse`` (original units),
+        ``n_leaves``, ``depth`` (means over trees), ``at_max_depth``, ``accepted`` (fractions of
+        trees).  ``warmup_stats``: the same for the warm-up iterations.
+    grid : the training split grid; y_offset, y_scale : ``y = y_offset + y_scale * model scale``.
+    """
+
+    trees: Tree
+    leaf_values: np.ndarray
+    stats: dict
+    warmup_stats: dict
+    grid: SplitGrid
+    y_offset: float
+    y_scale: float
+    config: BARTConfig
+    model: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.leaf_values.shape[0])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.leaf_values.shape[1])
+
+    @property
+    def sigma(self) -> np.ndarray:
+        """(C, S) noise sd in the units of ``y``."""
+        return self.stats["sigma"]
+
+    def _bins(self, X) -> np.ndarray:
+        X, _ = check_X(X, estimator="BARTPosterior")
+        if X.shape[1] != self.grid.n_features:
+            raise ValueError(f"X has {X.shape[1]} features; the model was fit on {self.grid.n_features}.")
+        return self.grid.bin(X)
+
+    def predict_draws(self, X, *, chunk: int = 64) -> np.ndarray:
+        """(C * S, n) the regression function at the rows of X, one row per draw (original units)."""
+        bins = jnp.asarray(self._bins(X))
+        D = self.num_chains * self.num_draws
+        M, N = self.leaf_values.shape[-2:]
+        flat = Tree(*(np.asarray(a).reshape(D, M, N) for a in self.trees))
+        values = np.asarray(self.leaf_values).reshape(D, M, N)
+        chunk = max(1, min(int(chunk), D))
+        outs = []
+        for s in range(0, D, chunk):  # fixed chunk size (last one padded): one compilation
+            sel = np.arange(s, min(s + chunk, D))
+            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
+            out = sum_of_trees(Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad]), bins)
+            outs.append(np.asarray(out)[: len(sel)])
+        return self.y_offset + self.y_scale * np.concatenate(outs, axis=0).astype(np.float64)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) posterior mean of the regression function."""
+        return self.predict_draws(X).mean(0)
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """``(lower, upper)`` equal-tailed interval of the regression function at each row, or
+        with ``predictive=True`` of a new response (each draw plus ``N(0, sigma_draw**2)`` noise)."""
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
+        draws = self.predict_draws(X)
+        if predictive:
+            rng = np.random.default_rng(seed)
+            draws = draws + self.sigma.reshape(-1, 1) * rng.standard_normal(draws.shape)
+        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return lo, hi
+
+    def summary(self) -> dict:
+        return dict(
+            num_chains=self.num_chains, num_draws=self.num_draws,
+            sigma_mean=float(np.mean(self.stats["sigma"])),
+            mean_leaves=float(np.mean(self.stats["n_leaves"])), mean_depth=float(np.mean(self.stats["depth"])),
+            at_max_depth=float(np.mean(self.stats["at_max_depth"])),
+            acceptance_rate=float(np.mean(self.stats["accepted"])),
+        )
+
+    def to_arviz(self):
+        """ArviZ data: ``posterior`` (``sigma``), ``sample_stats`` (the other per-iteration
+        scalars)."""
+        from ._arviz import make_inference_data
+
+        return make_inference_data({
+            "posterior": {"sigma": self.stats["sigma"]},
+            "sample_stats": {k: v for k, v in self.stats.items() if k != "sigma"},
+        })
+
+
+# ----------------------------------------------------------------------------------------------
+# scikit-learn estimator
+
+
+class BARTRegressor(RegressorMixin, BaseEstimator):
+    """Bayesian additive regression trees (Chipman, George & McCulloch 2010).
+
+    ``y = sum of n_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
+    tree and sweep by ``tree_sampler`` (:mod:`bdtree_jax.bart`).
+
+    Parameters
+    ----------
+    n_trees : int, default 200
+    tree_sampler : {"grow-prune", "cgm", "pg"}, default "grow-prune"
+        One Metropolis–Hastings grow/prune proposal per tree, one CGM98 grow/prune/change/swap
+        proposal, or one Particle Gibbs sweep (``num_particles``; Lakshminarayanan et al. 2015).
+    num_warmup, num_samples, num_chains : int, default 250, 500, 2
+        Sweeps discarded and kept per chain, independent chains.  Memory of the kept trees:
+        about ``n_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (203 KB at the defaults).
+    seed : int, default 0
+    max_depth : int, default 6
+        Truncation of the tree prior (a node at this depth is a leaf).
+    alpha, beta : float, default 0.95, 2.0
+        Split probability ``alpha (1 + depth)**-beta``.
+    k : float, default 2.0
+        Leaf prior sd ``0.5 / (k sqrt(n_trees))`` on ``y`` rescaled to [-0.5, 0.5].
+    nu, q : float, default 3.0, 0.9
+        ``sigma2 ~ nu lam / chi2_nu`` with ``P(sigma < sigma_hat) = q``, ``sigma_hat`` the residual
+        sd of a linear regression of ``y`` on ``X``.
+    num_particles : int, default 10
+        Particles of ``tree_sampler="pg"``.
+    split_prior : {"uniform", "range"}, default "uniform"
+        The tree prior's choice of a cut (:mod:`bdtree_jax.priors`).
+    checkpoint : str or None
+        Checkpoint file; an interrupted fit resumes from it.
+    progress : bool or None
+        Progress bar (None: when stderr is a terminal).
+
+    Attributes
+    ----------
+    posterior_ : BARTPosterior
+    n_features_in_ : int
+    feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        n_trees: int = 200,
+        tree_sampler: str = "grow-prune",
+        *,
+        num_warmup: int = 250,
+        num_samples: int = 500,
+        num_chains: int = 2,
+        seed: int = 0,
+        max_depth: int = 6,
+        alpha: float = 0.95,
+        beta: float = 2.0,
+        k: float = 2.0,
+        nu: float = 3.0,
+        q: float = 0.9,
+        num_particles: int = 10,
+        split_prior: str = "uniform",
+        checkpoint: str | None = None,
+        progress: bool | None = None,
+    ):
+        self.n_trees = n_trees
+        self.tree_sampler = tree_sampler
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.num_chains = num_chains
+        self.seed = seed
+        self.max_depth = max_depth
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+        self.nu = nu
+        self.q = q
+        self.num_particles = num_particles
+        self.split_prior = split_prior
+        self.checkpoint = checkpoint
+        self.progress = progress
+
+    def _check_params(self) -> None:
+        name = type(self).__name__
+        ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
+                ("num_particles", 1))
+        for attr, low in ints:
+            v = getattr(self, attr)
+            if not _is_int(v) or v < low:
+                raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
+        if not _is_int(self.seed):
+            raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
+        if self.tree_sampler not in TREE_SAMPLERS:
+            raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
+        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
+            raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
+
+        def real(attr, ok, what):
+            v = getattr(self, attr)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
+                    or not ok(float(v)):
+                raise ValueError(f"{name}: {attr} must be {what}; got {v!r}.")
+
+        real("alpha", lambda v: 0 < v < 1, "in (0, 1)")
+        real("beta", lambda v: v >= 0, ">= 0")
+        real("k", lambda v: v > 0, "> 0")
+        real("nu", lambda v: v > 0, "> 0")
+        real("q", lambda v: 0 < v < 1, "in (0, 1)")
+
+    def fit(self, X, y):
+        """Sample the posterior given training data; returns self."""
+        from .sampling import chain_devices, run_chains
+
+        name = type(self).__name__
+        self._check_params()
+        Xv, names = check_X(X, estimator=name, min_rows=2)
+        yv = check_regression_y(y, Xv.shape[0], estimator=name)
+        if not yv.max() > yv.min():
+            raise ValueError(f"{name}: y is constant ({yv[0]!r}); BART needs a response that varies.")
+        data, model = build_model(Xv, yv, n_trees=int(self.n_trees), max_depth=int(self.max_depth),
+                                  alpha=float(self.alpha), beta=float(self.beta), k=float(self.k), nu=float(self.nu),
+                                  q=float(self.q), split_prior=self.split_prior)
+        grid = model["grid"]
+        dtypes = cgm.CGMConfig.from_prior(model["prior"], n_features=Xv.shape[1],
+                                          n_cuts=int(grid.n_cuts.max())).trace_dtypes
+        devices = chain_devices(int(self.num_chains))
+        config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
+                            num_particles=int(self.num_particles), trace_dtypes=dtypes,
+                            incremental=devices[0].platform == "cpu")
+        num_warmup, num_samples = int(self.num_warmup), int(self.num_samples)
+        t0 = time.perf_counter()
+        traces, _ = run_chains(
+            bart(config), data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            num_iterations=num_warmup + num_samples, block_size=min(100, num_warmup + num_samples),
+            progress=self.progress, checkpoint=self.checkpoint,
+            fingerprint=("bart", config, model["prior"], self.k, self.nu, self.q), description="bart",
+        )
+        seconds = time.perf_counter() - t0
+        scalars = [k for k in traces if k not in ("tree", "leaf_values")]
+        self.posterior_ = BARTPosterior(
+            trees=Tree(*(a[:, num_warmup:] for a in traces["tree"])),
+            leaf_values=traces["leaf_values"][:, num_warmup:],
+            stats={k: traces[k][:, num_warmup:] for k in scalars},
+            warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},
+            grid=grid, y_offset=model["y_offset"], y_scale=model["y_scale"], config=config,
+            model={k: v for k, v in model.items() if k not in ("grid", "train_bins")},
+            info=dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
+                      seconds_per_sweep=seconds / (num_warmup + num_samples)),
+        )
+        self.n_features_in_ = Xv.shape[1]
+        if names is not None:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        return self
+
+    def _check_predict_X(self, X) -> np.ndarray:
+        check_is_fitted(self, "posterior_")
+        name = type(self).__name__
+        Xv, names = check_X(X, estimator=name)
+        if Xv.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {Xv.shape[1]} features, but {name} is expecting {self.n_features_in_} features as input."
+            )
+        fitted = getattr(self, "feature_names_in_", None)
+        if names is not None and fitted is not None and list(names) != list(fitted):
+            raise ValueError(f"{name}: the feature names of X {names} differ from those seen in fit {list(fitted)}.")
+        return Xv
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) posterior mean of the regression function."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict(X)
+
+    def predict_interval(self, X, prob: float = 0.9, predictive: bool = False):
+        """``(lower, upper)`` equal-tailed credible interval of the regression function, or with
+        ``predictive=True`` a prediction interval for a new response (noise included)."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_interval(X, prob=prob, predictive=predictive, seed=int(self.seed))
