@@ -13,7 +13,8 @@ A config is a flat YAML mapping (unknown keys are an error)::
     beta: 1.0                 #        move_probs; RJHMC (hmc-*): h_init, h_final, schedule,
                               #        leg_steps, warmup_move_probs; PCFG: log_phi, n_buckets;
                               #        SMC / PG: proposal, num_particles; SMC: ess_threshold,
-                              #        resampling, grow, n_islands; WU: n_local
+                              #        resampling, grow, n_islands; WU: n_local,
+                              #        restructure (auto | pi | gibbs), max_groups
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
     num_samples: 500
     num_chains: 10
@@ -49,6 +50,7 @@ _MODEL_KEYS = {
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
     "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",
     "num_particles", "ess_threshold", "resampling", "grow", "n_islands", "n_local",
+    "restructure", "max_groups",
 }
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}

@@ -116,9 +116,10 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         "pcfg": cut features with more distinct values into this many equal-width buckets.
     proposal : str or None, default None
         "cgm" method: "cgm" (the default: grow / prune / change / swap), "regrow" (prune a
-        uniformly chosen node's subtree and regrow it from the prior; Angelopoulos & Cussens 2005)
-        or "cgm+regrow" (one of each).  "smc" and "pg" methods: "prior" (the default) or
-        "posterior" (one-step optimal).
+        uniformly chosen node's subtree and regrow it from the prior; Angelopoulos & Cussens 2005),
+        "cgm+regrow" (one of each) or "cgm+perturb" (one CGM and one perturb proposal: an internal
+        node's cut moved within an adaptive window, or its feature changed; Pratola 2016).  "smc"
+        and "pg" methods: "prior" (the default) or "posterior" (one-step optimal).
     n_temperatures : int, default 1
         Tempering (Metropolis-coupled MCMC; "cgm", "pg", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
     delta_t : float, default 0.2
@@ -141,6 +142,9 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         multinomially before every stage.
     n_local : int, default 25
         "wu": CGM steps before and after the restructure move of every iteration.
+    restructure, max_groups : str, int, default "auto", 10
+        "wu": the restructure's variant: "auto" (the exact fibre-Gibbs draw when the tree has at
+        most ``max_groups`` leaves, else the MH move with Variant Π), "pi" or "gibbs".
 
     Attributes
     ----------
@@ -195,6 +199,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
         n_local: int = 25,
+        restructure: str = "auto",
+        max_groups: int = 10,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -228,6 +234,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.ess_threshold = ess_threshold
         self.resampling = resampling
         self.n_local = n_local
+        self.restructure = restructure
+        self.max_groups = max_groups
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -307,6 +315,8 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         ess_threshold: float = 0.1,
         resampling: str = "multinomial",
         n_local: int = 25,
+        restructure: str = "auto",
+        max_groups: int = 10,
     ):
         self.method = method
         self.max_depth = max_depth
@@ -343,6 +353,8 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.ess_threshold = ess_threshold
         self.resampling = resampling
         self.n_local = n_local
+        self.restructure = restructure
+        self.max_groups = max_groups
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

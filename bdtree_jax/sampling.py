@@ -262,22 +262,26 @@ TASKS = ("classification", "regression")
 CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
 
 
-PROPOSALS = ("cgm", "regrow", "cgm+regrow")
+PROPOSALS = ("cgm", "regrow", "cgm+regrow", "cgm+perturb")
 
 
 def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,),
-                     edit=None, num_particles=None, n_local=None):
+                     edit=None, num_particles=None, n_local=None, num_warmup=0, restructure="auto",
+                     max_groups=10):
     """The hard-tree MH kernel's static config and :class:`SamplingAlgorithm` for a built model,
     tuned for how chains will run (``chain_method``; default: as :func:`run_chains` picks it).
 
-    ``proposal``: CGM's grow/prune/change/swap, prune-and-regrow, or one of each per iteration;
+    ``proposal``: CGM's grow/prune/change/swap, prune-and-regrow, or one of each per iteration, or
+    "cgm+perturb": one CGM step and one perturb step (:mod:`~bdtree_jax.kernels.perturb`; its width
+    adapts during the first ``num_warmup`` iterations);
     ``betas``: a tempering ladder (more than one rung wraps the kernel in
     :func:`~bdtree_jax.kernels.tempering.tempered`); ``edit``: ``dict(mean_edits=, max_edits=)``
     for the edit prior (:mod:`~bdtree_jax.kernels.edit`; ``data`` is then an ``EditData``), whose
     local moves play CGM's part and whose backtracking moves play regrow's; ``num_particles``:
     Particle Gibbs (:mod:`~bdtree_jax.kernels.pg`) with that many particles and ``proposal``
     "prior" or "posterior"; ``n_local``: the WU schedule (:mod:`~bdtree_jax.kernels.wu`: ``n_local`` CGM
-    steps, one restructure, ``n_local`` CGM steps per iteration)."""
+    steps, one restructure, ``n_local`` CGM steps per iteration; ``restructure`` / ``max_groups``: its
+    variant)."""
     from .kernels import cgm as cgm_kernel, edit as edit_kernel, pg as pg_kernel, regrow as regrow_kernel, tempering
 
     if num_particles is not None:
@@ -312,7 +316,7 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
     if n_local is not None:
         from .kernels import wu as wu_kernel
 
-        wu_config = wu_kernel.WUConfig(config, int(n_local))
+        wu_config = wu_kernel.WUConfig(config, int(n_local), restructure=restructure, max_groups=max_groups)
         algorithm = wu_kernel.wu(wu_config)
         if len(betas) > 1:
             algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
@@ -321,6 +325,14 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
         algorithm = cgm_kernel.cgm(config)
     elif proposal == "regrow":
         algorithm = regrow_kernel.regrow(regrow_config)
+    elif proposal == "cgm+perturb":
+        from .kernels import perturb as perturb_kernel
+
+        perturb_config = perturb_kernel.PerturbConfig.from_cgm(config, num_warmup=int(num_warmup))
+        algorithm = perturb_kernel.with_perturb(config, perturb_config)
+        if len(betas) > 1:
+            algorithm = tempering.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+        return (config, perturb_config, proposal, tuple(betas)), algorithm
     else:
         algorithm = regrow_kernel.with_regrow(config)
     if len(betas) > 1:
@@ -417,6 +429,8 @@ def sample(
     grow: str = "next",
     n_islands: int = 1,
     n_local: int = 25,
+    restructure: str = "auto",
+    max_groups: int = 10,
 ):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -467,7 +481,10 @@ def sample(
         cut into that many equal-frequency buckets before the boxes are enumerated (paper: 10).
     proposal : method="cgm": "cgm" (grow / prune / change / swap; the default), "regrow" (prune a
         uniformly chosen node's subtree and regrow it from the prior;
-        :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration).
+        :mod:`bdtree_jax.kernels.regrow`) or "cgm+regrow" (one of each per iteration), or
+        "cgm+perturb" (one CGM proposal and one perturb proposal per iteration: an internal node's
+        cut moved within a window, or its feature changed; the window adapts towards 44 %
+        acceptance during warm-up and is fixed afterwards; :mod:`bdtree_jax.kernels.perturb`).
         method="smc" or "pg": "prior" (the default) or "posterior" (one-step optimal).
     n_temperatures, delta_t : tempering (Metropolis-coupled MCMC; "cgm", "pg", "wu", "hmc-df",
         "hmc-dfi"):
@@ -490,6 +507,10 @@ def sample(
         "layer" (a whole depth level per stage); independent particle islands (dividing
         ``num_particles``), each resampling on its own.
     n_local : method="wu": CGM steps before and after each restructure (default 25, the paper's).
+    restructure, max_groups : method="wu": the restructure's variant, "auto" (the default: the exact
+        fibre-Gibbs draw, always accepted, when the tree has at most ``max_groups`` leaves, else the
+        Metropolis-Hastings move with Variant Π), "pi" (always the MH move) or "gibbs" (always the
+        Gibbs draw; needs ``2**max_depth <= max_groups``); ``max_groups`` in [2, 12], default 10.
     ess_threshold, resampling : method="smc": resampling when
         the effective sample size falls to ``ess_threshold * num_particles`` (0: never, 1: after
         every stage), and "multinomial" or "systematic" resampling.
@@ -541,6 +562,13 @@ def sample(
         raise ValueError(f"{where}n_local must be an integer >= 1; got {n_local!r}.")
     if method != "wu" and n_local != 25:
         raise ValueError(f"{where}n_local is an option of method='wu'; method={method!r} does not use it.")
+    for name, v, default in (("restructure", restructure, "auto"), ("max_groups", max_groups, 10)):
+        if method != "wu" and v != default:
+            raise ValueError(f"{where}{name} is an option of method='wu'; method={method!r} does not use it.")
+    if method == "wu":
+        from .kernels.wu import check_restructure
+
+        check_restructure(restructure, max_groups, max_depth, where=where)
     if method not in ("smc", "pg") and num_particles is not None:
         raise ValueError(f"{where}num_particles is an option of method='smc' or 'pg'; method={method!r} does not use it.")
     if method != "smc":
@@ -590,6 +618,9 @@ def sample(
         proposal = "cgm" if proposal is None else proposal
         if proposal not in PROPOSALS:
             raise ValueError(f"{where}proposal must be one of {PROPOSALS}; got {proposal!r}.")
+        if proposal == "cgm+perturb" and initial_tree is not None:
+            raise ValueError(f"{where}proposal='cgm+perturb' does not apply with initial_tree (the edit prior "
+                             "has its own moves: 'cgm', 'regrow' or 'cgm+regrow').")
     try:
         betas = ladder(n_temperatures, delta_t)
     except ValueError as e:
@@ -605,7 +636,8 @@ def sample(
         data, edit = _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where)
     config, algorithm = _build_algorithm(data, model, move_probs, proposal=proposal, betas=betas, edit=edit,
                                          num_particles=num_particles if method == "pg" else None,
-                                         n_local=n_local if method == "wu" else None)
+                                         n_local=n_local if method == "wu" else None, num_warmup=num_warmup,
+                                         restructure=restructure, max_groups=max_groups)
     t0 = time.perf_counter()
     traces, _ = run_chains(
         algorithm, data, key=jax.random.key(seed), num_chains=num_chains,

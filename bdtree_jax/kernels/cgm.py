@@ -34,7 +34,6 @@ from ..data import TreeData
 from ..priors import (
     TreePrior,
     draw_cut,
-    log_cut_probs,  # noqa: F401  (the rule prior of every cut, for smc's one-step-optimal proposal)
     log_rule_prob,
     mask_bounds,
     log_tree_prior,

@@ -58,7 +58,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import splittable
+from ..priors import log_cut_probs, splittable
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 
@@ -223,7 +223,7 @@ def _rule_gains(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int) -
     n_valid = jnp.sum(width > 0)
     cut = jnp.arange(n_bins)
     valid = (cut[None, :] >= lo[:, None]) & (cut[None, :] < hi[:, None])
-    log_rule = -jnp.log(jnp.maximum(n_valid, 1)) + cgm.log_cut_probs(data.cut_cumwidth, lo, hi)[:, :n_bins]
+    log_rule = -jnp.log(jnp.maximum(n_valid, 1)) + log_cut_probs(data.cut_cumwidth, lo, hi)[:, :n_bins]
     return gain, jnp.where(valid, log_rule, -jnp.inf)
 
 

@@ -18,7 +18,8 @@ was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``).
 
 Wrapped kernels: CGM, prune-and-regrow and their mix (:mod:`~bdtree_jax.kernels.regrow`), the
 edit prior (:mod:`~bdtree_jax.kernels.edit`), Particle Gibbs (:mod:`~bdtree_jax.kernels.pg`,
-tempered increments), the WU schedule (:mod:`~bdtree_jax.kernels.wu`) and RJHMC-Tree
+tempered increments), the WU schedule (:mod:`~bdtree_jax.kernels.wu`), CGM + perturb
+(:mod:`~bdtree_jax.kernels.perturb`) and RJHMC-Tree
 (:mod:`~bdtree_jax.kernels.rjhmc`, whose legs and acceptance use the tempered potential).
 """
 

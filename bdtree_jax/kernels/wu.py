@@ -65,6 +65,38 @@ statistics, one :func:`~bdtree_jax.priors.level_bounds` per level) -- equal to a
 compatibility counts (a scatter of ``±1`` at every group's ``lo, hi`` then a cumulative sum over
 cuts); levels from depth 3 on that no group reaches are skipped.
 
+**Exact fibre-Gibbs variant** (spec §2 "Exact Gibbs variant"; ``kind="gibbs"`` / ``"auto"``):
+``T'`` is drawn from ``π`` restricted to the fibre ``{T': P(T') = P}`` (within the heap) and
+always accepted (an independence proposal ``q ∝ π 1[fibre]`` has MH ratio 1).  With the same
+compatibility, validity and rule probabilities ``r`` as above::
+
+    Z(S, d) = 1 - p_s(d) 1[S's rows have a valid cut]                          |S| = 1
+    Z(S, d) = p_s(d) sum_{compatible valid (v, c) at S} r(v, c | S) Z(S_L, d+1) Z(S_R, d+1)   |S| >= 2
+    Z(S, D) = 1[|S| = 1]      (capacity: nothing splits at max_depth)
+
+so ``Z(P, 0) = sum of π over the fibre`` (tested against the enumeration), and ``T'`` is drawn
+top-down, the block of ``(v, c)`` at a node in proportion to its summand, then ``c`` within it by
+the rule prior's cut weights.  Layout (fixed shapes, one compiled program whatever ``K``): the
+groups are renumbered ``0..K-1`` and a set ``S`` is an int32 bitmask; tables over all
+``2**max_groups`` masks (masks with absent groups are never reached) hold each subset's row count
+and valid-cut interval (min / max bins composed over groups for ``min_leaf_size = 1``, else the
+``m`` smallest / largest bins of each group merged, = :func:`~bdtree_jax.priors.level_bounds`),
+and for each (feature ``v``, position ``i`` in ``v``'s order of the groups by smallest bin) the
+split "``S``'s groups up to ``i`` left, the rest right", its cut block ``[max(reach, lo_v),
+min(next, hi_v))`` and ``log Σ_block r``: one gap per block, no duplicates (``i`` must be in
+``S``).  Then ``log Z(., d)`` for ``d = D .. 0``, each a vectorised log-sum-exp over the
+``F * max_groups`` blocks of every mask (no popcount order needed: depth ``d`` reads ``d + 1``),
+and the draw is one level of the heap at a time.  The new state's caches come from the
+tables (``lo, hi`` of each node's mask) and a re-sum of the statistics -- equal to a full
+re-score (tested).  Cost: ``O(2^G F G D)`` per draw whatever ``K`` (``G = max_groups``); on bcw
+(F = 9, n = 683, depth 6) one draw took 0.6 / 3.8 / 17 / 180 ms for G = 8 / 10 / 12 / 14 (the
+MH move: 0.8 ms), so ``max_groups`` is capped at :data:`MAX_GROUPS` = 12 (tables of
+``4096 x F x 12`` entries); compile time barely depends on ``G`` (~11-13 s on a loaded 2-core
+machine, like the MH move's).  ``kind="auto"`` uses Gibbs when ``K <= max_groups`` and **falls
+back to the MH move (Variant Π) above**; both branches are compiled (under ``vmap`` over chains
+both run), unless ``2**max_depth <= max_groups`` where only Gibbs is.  With box constraints a
+draw violating a box is rejected (the independence ratio is ``1[T' respects the boxes]``).
+
 **Schedule** (:func:`wu`): one iteration = ``n_local`` CGM steps, one restructure, ``n_local``
 CGM steps (the paper's published protocol uses 25).  The restructure is not ergodic alone (the
 partition never changes), the CGM steps are; each piece leaves ``p(T) L(T)^beta`` invariant.
@@ -82,17 +114,20 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import level_bounds, subtree_sums
+from ..priors import draw_cut, level_bounds, subtree_sums
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "RestructureConfig", "RestructureInfo", "WUConfig", "WUInfo", "WEIGHTS", "draw_restructure", "propose",
-    "restructure_step", "wu",
+    "RestructureConfig", "RestructureInfo", "WUConfig", "WUInfo", "WEIGHTS", "RESTRUCTURES", "MAX_GROUPS",
+    "check_restructure", "draw_restructure", "gibbs_propose", "propose", "restructure_step", "wu",
 ]
 
 WEIGHTS = ("prior", "uniform")
+RESTRUCTURES = ("auto", "pi", "gibbs")
+MAX_GROUPS = 12  # the fibre DP's tables have 2^max_groups rows (see the module docstring)
+_GIBBS_CONTROLS = ("", "drop_leaf", "drop_rule")
 _SKIP_FROM = 3  # levels from this depth on are skipped when no group reaches them (a cond costs compile time)
 
 
@@ -107,28 +142,65 @@ class RestructureConfig:
         (Variant U: every compatible rule weighs 1); both are exact.
     drop_w : **negative control only** -- leave ``W(S)`` out of ``Φ`` (a wrong ratio; the chain
         is then not invariant).
+    kind : "pi" (the default: the MH move above, Variant Π or U by ``weights``), "gibbs" (the exact
+        fibre-Gibbs draw, always accepted; needs ``2**max_depth <= max_groups`` so that every tree
+        of the heap is handled) or "auto" (Gibbs when the tree has ``K <= max_groups`` leaves,
+        else the MH move; only Gibbs is compiled when ``2**max_depth <= max_groups``).
+    max_groups : the largest ``K`` of the fibre DP (2 .. :data:`MAX_GROUPS`; tables of
+        ``2**max_groups`` subsets).
+    gibbs_control : **negative control only** -- "drop_leaf" (leaf factors left out of ``Z``) or
+        "drop_rule" (every compatible cut weighs 1): the draws are then not ``π`` on the fibre.
     """
 
     max_depth: int
     min_leaf_size: int = 1
     weights: str = "prior"
     drop_w: bool = False
+    kind: str = "pi"
+    max_groups: int = 10
+    gibbs_control: str = ""
 
     def __post_init__(self):
         if self.weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {WEIGHTS}; got {self.weights!r}.")
+        check_restructure(self.kind, self.max_groups, self.max_depth)
+        if self.gibbs_control not in _GIBBS_CONTROLS:
+            raise ValueError(f"gibbs_control must be one of {_GIBBS_CONTROLS}; got {self.gibbs_control!r}.")
+
+    @property
+    def gibbs_only(self) -> bool:
+        """Every restructure is the fibre-Gibbs draw (statically: no MH branch is compiled)."""
+        return self.kind == "gibbs" or (self.kind == "auto" and 2**self.max_depth <= self.max_groups)
+
+
+def check_restructure(kind, max_groups, max_depth, where=""):
+    """The ``restructure`` / ``max_groups`` options (clear ``ValueError`` s)."""
+    if not isinstance(kind, str) or kind not in RESTRUCTURES:
+        raise ValueError(f"{where}restructure must be one of {RESTRUCTURES}; got {kind!r}.")
+    if (not isinstance(max_groups, (int, np.integer)) or isinstance(max_groups, bool)
+            or not 2 <= max_groups <= MAX_GROUPS):
+        raise ValueError(f"{where}max_groups must be an integer in [2, {MAX_GROUPS}]; got {max_groups!r}.")
+    if kind == "gibbs" and 2**max_depth > max_groups:
+        raise ValueError(
+            f"{where}restructure='gibbs' needs max_groups >= 2**max_depth = {2**max_depth} (a tree of depth "
+            f"{max_depth} can have that many leaves; got max_groups={max_groups}); use restructure='auto' to fall "
+            "back to Variant Π above max_groups leaves."
+        )
 
 
 class RestructureInfo(NamedTuple):
     """Per-proposal diagnostics: ``accepted`` () bool (False when ``K < 2``: no move),
     ``log_accept_ratio`` () float32 ``log Φ(T') - log Φ(T)`` (``-inf`` if rejected for capacity
     or boxes), ``n_groups`` () int32 ``K``, ``overflow`` () bool (``T'`` needed a split at
-    ``max_depth``, i.e. depth beyond the heap: rejected)."""
+    ``max_depth``, i.e. depth beyond the heap: rejected), ``kind`` () int32 the variant used
+    (0 the MH move, 1 the fibre-Gibbs draw, whose ``log_accept_ratio`` is 0, -inf if ``T'``
+    violates a box)."""
 
     accepted: Array
     log_accept_ratio: Array
     n_groups: Array
     overflow: Array
+    kind: Array
 
 
 class _Sweep(NamedTuple):
@@ -145,9 +217,12 @@ class _Sweep(NamedTuple):
     overflow: Array  # a node at max_depth held >= 2 groups
 
 
-def draw_restructure(key: PRNGKey, max_depth: int) -> Array:
-    """The randomness of one restructure: (N + 1,) uniforms (one rule draw per heap slot, accept)."""
-    return jax.random.uniform(key, (n_nodes(max_depth) + 1,))
+def draw_restructure(key: PRNGKey, max_depth: int, kind: str = "pi") -> Array:
+    """The randomness of one restructure: (N + 1,) uniforms for ``kind="pi"`` (one rule draw per
+    heap slot, accept), else (2N + 1,) (Gibbs: a block and a cut per slot; the MH move of "auto"
+    reads the first N and the last)."""
+    N = n_nodes(max_depth)
+    return jax.random.uniform(key, (N + 1 if kind == "pi" else 2 * N + 1,))
 
 
 def _group_bins(state: cgm.CGMState, data: TreeData):
@@ -306,14 +381,212 @@ def propose(uniforms: Array, state: cgm.CGMState, data: TreeData, config: Restru
     return proposed, _log_phi(new, config), _log_phi(old, config), ok, is_group.sum().astype(jnp.int32), (new, old)
 
 
-def restructure_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
-    """One restructure MH step (module docstring); ``uniforms`` from :func:`draw_restructure`."""
+def _mh_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
     proposed, log_phi_new, log_phi_old, ok, K, (new, _) = propose(uniforms, state, data, config)
     log_ratio = jnp.where(ok, log_phi_new - log_phi_old, -jnp.inf)
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     accepted = (K >= 2) & (jnp.log(uniforms[-1]) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
-    return new_state, RestructureInfo(accepted, log_ratio, K, new.overflow)
+    return new_state, RestructureInfo(accepted, log_ratio, K, new.overflow, jnp.int32(0))
+
+
+def _gibbs_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
+    proposed, ok, fib = gibbs_propose(uniforms, state, data, config)
+    accepted = (fib.K >= 2) & ok
+    new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
+    return new_state, RestructureInfo(accepted, jnp.where(ok, 0.0, -jnp.inf).astype(jnp.float32), fib.K,
+                                      jnp.bool_(False), jnp.int32(1))
+
+
+def restructure_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
+    """One restructure (module docstring): the MH move, the fibre-Gibbs draw, or ("auto") Gibbs when
+    the tree has ``K <= max_groups`` leaves, else the MH move; ``uniforms`` from
+    :func:`draw_restructure` with the config's ``kind``."""
+    if config.kind == "pi":
+        return _mh_step(uniforms, state, data, config)
+    if config.gibbs_only:
+        return _gibbs_step(uniforms, state, data, config)
+    K = _group_bins(state, data)[0].sum()
+    return jax.lax.cond(K <= config.max_groups, functools.partial(_gibbs_step, config=config),
+                        functools.partial(_mh_step, config=config), uniforms, state, data)
+
+
+# ----------------------------------------------------------------------------------------------
+# The exact fibre-Gibbs variant: T' ~ π restricted to {T': P(T') = P}, always accepted.
+
+_NO_BIN = np.int32(2**30)
+
+
+class _Fibre(NamedTuple):
+    """The fibre DP of one state (``G = max_groups`` groups, ``J = F * G`` (feature, gap) blocks)."""
+
+    K: Array  # () int32 groups of the state (the DP is meaningful for K <= G)
+    slot_of_group: Array  # (G,) heap slot of group g in T (N for g >= K)
+    size: Array  # (2^G,) rows of every subset of the groups
+    lo: Array  # (2^G, F) the subset's valid-cut interval [lo, hi) under the prior (0, 0 if none)
+    hi: Array
+    n_valid: Array  # (2^G,) features with a valid cut
+    log_w: Array  # (2^G, J) log of the summed rule probability of the block (-inf: no compatible rule)
+    left: Array  # (2^G, J) int32 the block's left / right group subsets (bitmasks)
+    right: Array
+    cut_lo: Array  # (2^G, J) the block's cuts [cut_lo, cut_hi) (compatible and valid)
+    cut_hi: Array
+    log_z: Array  # (D + 1, 2^G) log Z(S, d)
+
+
+def _group_order_stats(state: cgm.CGMState, data: TreeData, gi: Array, G: int, m: int):
+    """(G, F, m) the ``m`` smallest and ``m`` largest bins of every group's rows per feature (ascending
+    / descending; padded with ``_NO_BIN`` / -1) and (G,) the groups' row counts; ``gi`` (n,) the group
+    of every row (``G`` for none)."""
+    n = data.bins.shape[0]
+    size = jax.ops.segment_sum(jnp.ones(n, jnp.int32), gi, num_segments=G + 1)[:G]
+    if m == 1:
+        small = jax.ops.segment_min(data.bins, gi, num_segments=G + 1)[:G]
+        large = jax.ops.segment_max(data.bins, gi, num_segments=G + 1)[:G]
+        empty = (size == 0)[:, None]
+        return jnp.where(empty, _NO_BIN, small)[..., None], jnp.where(empty, -1, large)[..., None], size
+    rank = jnp.arange(n, dtype=jnp.int32)
+    key = jnp.sort(gi.astype(jnp.int32)[data.sorted_index] * n + rank, axis=1)  # (F, n) rows by group, ascending
+    grouped = jnp.take_along_axis(data.sorted_bins, key % n, axis=1)
+    start = jnp.cumsum(size) - size
+    j = jnp.arange(m)
+    have = j[None, :] < size[:, None]  # (G, m)
+    first = jnp.clip(start[:, None] + j[None, :], 0, n - 1)
+    last = jnp.clip(start[:, None] + size[:, None] - 1 - j[None, :], 0, n - 1)
+    small = jnp.where(have[:, None, :], jnp.moveaxis(grouped[:, first], 0, 1), _NO_BIN)  # (G, F, m)
+    large = jnp.where(have[:, None, :], jnp.moveaxis(grouped[:, last], 0, 1), -1)
+    return small, large, size
+
+
+def _fibre_dp(state: cgm.CGMState, data: TreeData, config: RestructureConfig) -> _Fibre:
+    """Every subset's prior quantities and compatible blocks, then ``log Z(S, d)`` for all ``(S, d)``."""
+    D, m, G = config.max_depth, config.min_leaf_size, config.max_groups
+    N = n_nodes(D)
+    F = data.bins.shape[1]
+    cum = data.cut_cumwidth  # (F, C + 2)
+    top = cum.shape[1] - 1
+    is_group, _, _ = _group_bins(state, data)
+    K = is_group.sum().astype(jnp.int32)
+    rank = jnp.cumsum(is_group) - 1
+    gslot = jnp.where(is_group & (rank < G), rank, G).astype(jnp.int32)  # group of every heap slot (G: none)
+    slot_of_group = jnp.full(G + 1, N, jnp.int32).at[gslot].set(jnp.arange(N, dtype=jnp.int32))[:G]
+    small, large, gsize = _group_order_stats(state, data, gslot[state.leaf_id], G, m)
+
+    # subset tables, subsets [2^b, 2^(b+1)) = subsets of the first b groups plus group b
+    t_small = jnp.full((1, F, m), _NO_BIN, jnp.int32)
+    t_large = jnp.full((1, F, m), -1, jnp.int32)
+    t_size = jnp.zeros(1, jnp.int32)
+    for b in range(G):
+        if m == 1:
+            s_new = jnp.minimum(t_small, small[b])
+            l_new = jnp.maximum(t_large, large[b])
+        else:  # the m smallest of a union are among the parts' m smallest
+            s_new = jnp.sort(jnp.concatenate([t_small, jnp.broadcast_to(small[b], t_small.shape)], -1), -1)[..., :m]
+            l_new = -jnp.sort(-jnp.concatenate([t_large, jnp.broadcast_to(large[b], t_large.shape)], -1), -1)[..., :m]
+        t_small = jnp.concatenate([t_small, s_new])
+        t_large = jnp.concatenate([t_large, l_new])
+        t_size = jnp.concatenate([t_size, t_size + gsize[b]])
+    ok = (t_size >= (2 * m if m > 1 else 1))[:, None]
+    lo = jnp.where(ok, t_small[..., m - 1], 0).astype(jnp.int32)  # (2^G, F), as level_bounds
+    hi = jnp.where(ok, t_large[..., m - 1], 0).astype(jnp.int32)
+    n_valid = jnp.sum(hi > lo, axis=-1)
+    total = cum[jnp.arange(F), jnp.clip(hi, 0, top)] - cum[jnp.arange(F), jnp.clip(lo, 0, top)]  # (2^G, F)
+
+    # gaps: groups in ascending order of their smallest bin, per feature
+    glo, ghi = small[..., 0].T, large[..., 0].T  # (F, G) (absent groups: _NO_BIN, -1)
+    order = jnp.argsort(glo, axis=1)
+    lo_sorted, hi_sorted = jnp.take_along_axis(glo, order, 1), jnp.take_along_axis(ghi, order, 1)
+    prefix = jnp.cumsum(jnp.left_shift(1, order), axis=1).astype(jnp.int32)  # (F, G) the first i+1 groups
+    S = jnp.arange(2**G, dtype=jnp.int32)
+    member = (jnp.right_shift(S[:, None, None], order[None]) & 1).astype(bool)  # (2^G, F, G)
+    reach = jax.lax.cummax(jnp.where(member, hi_sorted, -1), axis=2)  # max bin of S's groups up to i
+    after = jax.lax.cummin(jnp.where(member, lo_sorted, _NO_BIN), axis=2, reverse=True)
+    after = jnp.concatenate([after[..., 1:], jnp.full_like(after[..., :1], _NO_BIN)], -1)  # min bin after i
+    left = S[:, None, None] & prefix[None]
+    right = S[:, None, None] & ~prefix[None]
+    # cuts c with reach <= c < after send S's groups up to i left, the rest right; valid: lo <= c < hi
+    a = jnp.clip(jnp.maximum(reach, lo[:, :, None]), 0, top)
+    b = jnp.clip(jnp.minimum(after, hi[:, :, None]), 0, top)
+    gap = member & (right != 0) & (reach < after) & (b > a)
+    fidx = jnp.arange(F)[None, :, None]
+    if config.gibbs_control == "drop_rule":  # negative control: every compatible cut weighs 1
+        block = (b - a).astype(jnp.float32)
+    else:  # the rule prior r(v, c | S) = w_v[c] / (n_valid * total_v), summed over the block
+        block = (cum[fidx, b] - cum[fidx, a]) / jnp.maximum(n_valid[:, None, None] * total[:, :, None], 1e-30)
+    log_w = jnp.where(gap, jnp.log(jnp.where(gap, block, 1.0)), -jnp.inf).reshape(2**G, F * G)
+    left, right = left.reshape(2**G, F * G), right.reshape(2**G, F * G)
+
+    pop = jax.lax.population_count(S)
+    log_z = [jnp.where(pop <= 1, 0.0, -jnp.inf)]  # depth D: leaves only (capacity), factor 1
+    for d in range(D - 1, -1, -1):
+        p = data.split_prob[2**d - 1]
+        nxt = log_z[0]
+        if config.gibbs_control == "drop_leaf":  # negative control: leaf factors left out
+            leaf = jnp.zeros(2**G, jnp.float32)
+        else:
+            leaf = jnp.log1p(-jnp.where((n_valid > 0) & (p > 0), p, 0.0))
+        terms = log_w + nxt[left] + nxt[right]
+        mx = jnp.max(terms, axis=1)
+        safe = jnp.where(jnp.isfinite(mx), mx, 0.0)
+        inner = jnp.log(p) + safe + jnp.log(jnp.sum(jnp.exp(terms - safe[:, None]), axis=1))
+        log_z.insert(0, jnp.where(pop >= 2, inner, jnp.where(pop == 1, leaf, 0.0)))
+    return _Fibre(K, slot_of_group, t_size, lo, hi, n_valid, log_w, left, right, a.reshape(2**G, F * G),
+                  b.reshape(2**G, F * G), jnp.stack(log_z))
+
+
+def gibbs_propose(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
+    """A draw ``T' ~ π(T') 1[P(T') = P] / Z(P, 0)`` (the current tree's fibre), top-down.
+
+    Uses ``uniforms[:N]`` (the blocks) and ``uniforms[N:2N]`` (the cuts in a block).  Meaningful
+    for ``K <= max_groups``.  Returns the proposed state (caches consistent with ``T'``), ``ok``
+    (``Z(P, 0) > 0`` and ``T'`` respects the boxes) and the :class:`_Fibre` (for tests)."""
+    D, G = config.max_depth, config.max_groups
+    N = n_nodes(D)
+    F = data.bins.shape[1]
+    cum = data.cut_cumwidth
+    fib = _fibre_dp(state, data, config)
+    full = (jnp.left_shift(1, jnp.minimum(fib.K, G)) - 1).astype(jnp.int32)
+    u1, u2 = uniforms[:N], uniforms[N : 2 * N]
+    masks, is_split, feature, cut = [jnp.reshape(full, (1,))], [], [], []
+    for d in range(D + 1):
+        first, count = 2**d - 1, 2**d
+        S = masks[-1]
+        internal = jax.lax.population_count(S) >= 2
+        if d == D:
+            is_split.append(jnp.zeros(count, bool))
+            feature.append(jnp.zeros(count, jnp.int32))
+            cut.append(jnp.zeros(count, jnp.int32))
+            break
+        nxt = fib.log_z[d + 1]
+        L, R = fib.left[S], fib.right[S]  # (count, J)
+        logits = fib.log_w[S] + nxt[L] + nxt[R]
+        mx = jnp.max(logits, axis=1, keepdims=True)
+        weights = jnp.exp(logits - jnp.where(jnp.isfinite(mx), mx, 0.0))
+        cdf = jnp.cumsum(weights, axis=1)
+        idx = jnp.sum(cdf <= (u1[first : first + count] * cdf[:, -1])[:, None], axis=1)
+        idx = jnp.minimum(idx, F * G - 1 - jnp.argmax((weights > 0)[:, ::-1], axis=1))  # rounding guard
+        j = jnp.arange(count)
+        v = (idx // G).astype(jnp.int32)
+        c = draw_cut(cum, v, fib.cut_lo[S, idx], fib.cut_hi[S, idx], u2[first : first + count])
+        is_split.append(internal)
+        feature.append(jnp.where(internal, v, 0))
+        cut.append(jnp.where(internal, c, 0))
+        children = jnp.stack([jnp.where(internal, L[j, idx], 0), jnp.where(internal, R[j, idx], 0)], 1)
+        masks.append(children.reshape(2 * count))
+    mask = jnp.concatenate(masks)  # (N,) the groups below every node (0: unused slot)
+    dt = state.tree
+    tree = Tree(jnp.concatenate(is_split), jnp.concatenate(feature).astype(dt.feature.dtype),
+                jnp.concatenate(cut).astype(dt.cut.dtype))
+    # every group's new leaf: the slot holding it alone
+    single = jax.lax.population_count(mask) == 1
+    g = jnp.where(single, jnp.argmax(jnp.right_shift(mask[:, None], jnp.arange(G)) & 1, axis=1), G)
+    new_slot = jnp.zeros(G + 1, jnp.int32).at[g].set(jnp.arange(N, dtype=jnp.int32))[:G]
+    slot_map = jnp.zeros(N + 1, jnp.int32).at[fib.slot_of_group].set(new_slot)[:N]
+    leaf_id = slot_map[state.leaf_id]
+    stats = subtree_sums(data.point_stats, leaf_id, N)
+    proposed = cgm._with_scores(tree, leaf_id, stats, fib.lo[mask], fib.hi[mask], data, state.beta)
+    ok = jnp.isfinite(fib.log_z[0, full]) & jnp.isfinite(proposed.log_prior)
+    return proposed, ok, fib
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,51 +601,60 @@ class WUConfig:
     ----------
     cgm_config : CGMConfig of the local (grow / prune / change / swap) steps.
     n_local : CGM steps before and after the restructure (default 25, the paper's protocol).
-    weights, drop_w : of the restructure move (:class:`RestructureConfig`).
+    weights, drop_w : of the MH restructure move (:class:`RestructureConfig`).
+    restructure : "auto" (the default: the exact fibre-Gibbs draw when the tree has at most
+        ``max_groups`` leaves, else the MH move with Variant Π), "pi" (always the MH move) or
+        "gibbs" (always the Gibbs draw; needs ``2**max_depth <= max_groups``).
+    max_groups : the largest number of leaves the Gibbs draw handles (default 10).
     """
 
     cgm_config: cgm.CGMConfig
     n_local: int = 25
     weights: str = "prior"
     drop_w: bool = False
+    restructure: str = "auto"
+    max_groups: int = 10
 
     def __post_init__(self):
         if not isinstance(self.n_local, (int, np.integer)) or isinstance(self.n_local, bool) or self.n_local < 1:
             raise ValueError(f"n_local must be an integer >= 1; got {self.n_local!r}.")
         object.__setattr__(self, "n_local", int(self.n_local))
-        self.restructure  # validates weights
+        self.restructure_config  # validates weights, restructure, max_groups
 
     @property
-    def restructure(self) -> RestructureConfig:
-        return RestructureConfig(self.cgm_config.max_depth, self.cgm_config.min_leaf_size, self.weights, self.drop_w)
+    def restructure_config(self) -> RestructureConfig:
+        return RestructureConfig(self.cgm_config.max_depth, self.cgm_config.min_leaf_size, self.weights, self.drop_w,
+                                 self.restructure, self.max_groups)
 
 
 class WUInfo(NamedTuple):
     """Per-iteration diagnostics: ``move`` () int32 the last local step's move (CGM's
     :data:`~bdtree_jax.kernels.cgm.MOVES` index, -1 none); ``accepted`` () bool some proposal of
     the iteration was accepted; ``restructure_accepted`` () bool; ``local_accept_rate`` ()
-    float32 fraction of the ``2 n_local`` local proposals accepted; ``restructure_log_ratio``."""
+    float32 fraction of the ``2 n_local`` local proposals accepted; ``restructure_log_ratio``;
+    ``restructure_kind`` () int32 the restructure's variant (0 the MH move, 1 the fibre-Gibbs draw)."""
 
     move: Array
     accepted: Array
     restructure_accepted: Array
     local_accept_rate: Array
     restructure_log_ratio: Array
+    restructure_kind: Array
 
 
 @functools.lru_cache(maxsize=64)
 def wu(config: WUConfig) -> SamplingAlgorithm:
     """The WU schedule as a :class:`SamplingAlgorithm` (chains start at the stump).  Recorded per
     iteration: CGM's trace (the tree after the iteration; ``move`` / ``accepted`` as in
-    :class:`WUInfo`) plus ``restructure_accepted`` and ``local_accept_rate``."""
-    cgm_config, rconfig, n_local = config.cgm_config, config.restructure, config.n_local
+    :class:`WUInfo`) plus ``restructure_accepted``, ``restructure_kind`` and ``local_accept_rate``."""
+    cgm_config, rconfig, n_local = config.cgm_config, config.restructure_config, config.n_local
 
     def init_fn(key, data):
         return cgm.init(key, data, cgm_config)
 
     def draw_fn(key):
         k1, k2 = jax.random.split(key)
-        return jax.random.uniform(k1, (2, n_local, 5)), draw_restructure(k2, cgm_config.max_depth)
+        return jax.random.uniform(k1, (2, n_local, 5)), draw_restructure(k2, cgm_config.max_depth, rconfig.kind)
 
     def local(state, uniforms, data):
         def body(s, u):
@@ -394,7 +676,8 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
                 return restructure_step(u_restructure, s, data, rconfig)
 
             def stay(s):
-                return s, RestructureInfo(jnp.bool_(False), jnp.float32(-jnp.inf), jnp.int32(0), jnp.bool_(False))
+                return s, RestructureInfo(jnp.bool_(False), jnp.float32(-jnp.inf), jnp.int32(0), jnp.bool_(False),
+                                          jnp.int32(0))
 
             s, rinfo = jax.lax.cond(first, move, stay, s)
             return s, (moves[-1], acc.sum(), rinfo)
@@ -403,7 +686,7 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
         rinfo = jax.tree.map(lambda a: a[0], rinfo)
         n_acc = n_acc.sum()
         info = WUInfo(last_move[1], (n_acc > 0) | rinfo.accepted, rinfo.accepted,
-                      n_acc.astype(jnp.float32) / (2 * n_local), rinfo.log_accept_ratio)
+                      n_acc.astype(jnp.float32) / (2 * n_local), rinfo.log_accept_ratio, rinfo.kind)
         return state, info
 
     def trace_fn(state, info):
@@ -411,6 +694,7 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
                         cgm_config.trace_dtypes)
         out["restructure_accepted"] = info.restructure_accepted
         out["local_accept_rate"] = info.local_accept_rate
+        out["restructure_kind"] = info.restructure_kind.astype(jnp.int8)
         return out
 
     return SamplingAlgorithm(init_fn, kernel, trace_fn, draw_fn)

@@ -10,6 +10,11 @@
   prior restricted to it; the negative control (``drop_w``) fails.
 * §5.2: the WU schedule (``n_local = 2``) against the enumerated posterior, also with
   ``split_prior="range"``, ``min_leaf_size=2`` and tempering.
+* The exact fibre-Gibbs variant (spec §2, §5.3): ``Z(P, 0)`` is the enumerated prior mass of the
+  fibre, independent draws follow the prior on the fibre and are always accepted, the negative
+  controls (leaf factors or rule weights dropped) fail; its exact law equals the stationary law of
+  the Variant Π chain; the WU schedule with ``restructure="gibbs"`` / ``"auto"`` (mixing Gibbs and
+  the Π fallback) matches the enumerated posterior.
 * The ``sample(method="wu")`` API, estimators, CLI key and errors.
 """
 
@@ -19,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid, make_tree_data
@@ -125,13 +131,18 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
     replay_only = jnp.array([False])
     ref = jax.device_get(jax.jit(jax.vmap(lambda t: cgm._score(t, data, config, 1.0)))(heaps))  # full re-scores
 
-    def stationary_tv(q, phi):
-        """TV between the prior on the fibre and the stationary law of the MH transition matrix."""
+    def stationary_tv(q, phi, target=pi):
+        """TV between ``target`` (the prior on the fibre) and the stationary law of the MH transition matrix."""
         P = q[None, :] * np.minimum(1.0, np.exp(phi[None, :] - phi[:, None]))
         P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
         evals, evecs = np.linalg.eig(P.T)
         law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
-        return 0.5 * np.abs(law / law.sum() - pi).sum()
+        return 0.5 * np.abs(law / law.sum() - target).sum()
+
+    # spec §5.3: the fibre-Gibbs draw's exact law, pi(T) / Z(P, 0) with Z from its DP (float32)
+    gc = wu.RestructureConfig(max_depth, min_leaf_size, kind="auto", max_groups=8)
+    fib = jax.device_get(jax.jit(lambda s: wu._fibre_dp(s, data, gc))(state))
+    gibbs_law = np.exp(log_prior - float(fib.log_z[0, 2 ** int(fib.K) - 1]))
 
     for weights in ("prior", "uniform"):
         rc = wu.RestructureConfig(max_depth, min_leaf_size, weights)
@@ -147,6 +158,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
             assert 0.1 < q.sum() < 0.9
         phi = np.asarray(wu._log_phi(replay, rc), float)
         assert stationary_tv(q, phi) < 1e-4
+        assert stationary_tv(q, phi, gibbs_law) < 1e-4  # Variant Π and the fibre Gibbs draw: one stationary law
         if weights == "prior":
             # Variant Π: log Φ = Σ_int (log p_s + log W(S)) + Σ_leaf log(1 - p_s 1[valid cut])
             np.testing.assert_allclose(phi, replay.log_W + _p_terms(heaps, ref, data.split_prob), atol=1e-4)
@@ -230,28 +242,94 @@ def test_restructure_alone_samples_the_prior_on_the_fibre(toy_data, max_depth, m
     assert overflow.any() == (max_depth == 2)  # the capacity rule is exercised at depth 2 only
 
 
+@pytest.mark.parametrize(
+    "max_depth,min_leaf_size,split_prior,start,size,control",
+    [fibre + ("",) for fibre in FIBRES] + [
+        (3, 1, "uniform", K4, 36, "drop_leaf"),  # negative controls: must fail
+        (3, 1, "uniform", K4, 36, "drop_rule"),
+        (3, 1, "range", K4, 36, "drop_rule"),
+    ],
+)
+def test_gibbs_draws_are_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_size, split_prior, start, size,
+                                                control):
+    """The fibre-Gibbs variant: ``Z(P, 0)`` (float32) is the enumerated prior mass of the fibre;
+    20,000 independent draws from the fixed start tree are all accepted (ratio 0, traced as Gibbs),
+    stay in the fibre and match the prior restricted to it (TV <= 0.03; observed 0.003-0.014, the
+    Monte Carlo floor of 20,000 iid draws on the 36-tree fibre is 0.017 on average, 0.022 at its
+    99th percentile); the drawn states' caches are those of a full re-score.  Negative controls
+    (leaf factors dropped: observed TV 0.091; rule weights dropped: 0.127, 0.271 with the range
+    prior) fail."""
+    X, y, lik, prior, grid, data = _problem(toy_data, max_depth=max_depth, min_leaf_size=min_leaf_size,
+                                            split_prior=split_prior)
+    start_tree = _start(toy_data, start, max_depth)
+    names, log_prior, pi = _fibre(X, y, lik, prior, grid, start_tree)
+    assert len(names) == size
+    config = cgm.CGMConfig(max_depth, min_leaf_size)
+    state = cgm.init(None, data, config, tree=start_tree)
+    rc = wu.RestructureConfig(max_depth, min_leaf_size, kind="gibbs", max_groups=8, gibbs_control=control)
+    fib = jax.device_get(jax.jit(lambda s: wu._fibre_dp(s, data, rc))(state))
+    K = int(start.count("L"))
+    assert int(fib.K) == K
+    log_z = float(fib.log_z[0, 2**K - 1])
+    if not control:
+        np.testing.assert_allclose(log_z, logsumexp(log_prior), atol=1e-5)
+    else:
+        assert abs(log_z - logsumexp(log_prior)) > 0.1
+    n = 20_000
+    us = jax.vmap(lambda k: wu.draw_restructure(k, max_depth, "gibbs"))(jax.random.split(jax.random.key(2), n))
+    new, info = jax.device_get(jax.jit(jax.vmap(lambda u: wu.restructure_step(u, state, data, rc)))(us))
+    assert info.accepted.all() and (info.log_accept_ratio == 0).all() and (info.kind == 1).all()
+    assert (info.n_groups == K).all() and not info.overflow.any()
+    freqs = tree_frequencies(new.tree, grid.thresholds)
+    assert set(freqs) <= set(names), "left the fibre"
+    tv = tv_distance(freqs, dict(zip(names, pi)))
+    if control:
+        assert tv > 0.05, tv
+        return
+    assert tv <= 0.03, tv
+    assert len(freqs) == len(names)
+    heaps = Tree(*(jnp.stack(a) for a in zip(*(_tree(s, grid, max_depth) for s in names))))
+    ref = jax.device_get(jax.jit(jax.vmap(lambda t: cgm._score(t, data, config, 1.0)))(heaps))  # full re-scores
+    index = {name: i for i, name in enumerate(names)}
+    for i in range(200):
+        k = index[to_string(Tree(*(a[i] for a in new.tree)), grid.thresholds)]
+        for name in ("leaf_id", "lo", "hi"):
+            np.testing.assert_array_equal(getattr(new, name)[i], getattr(ref, name)[k])
+        for name in ("stats", "log_prior", "log_lik"):
+            np.testing.assert_allclose(getattr(new, name)[i], getattr(ref, name)[k], rtol=1e-5, atol=1e-5)
+
+
 CHAINS, ITERS, BURN = 16, 6000, 200
 
 
 @pytest.mark.parametrize(
-    "task,max_depth,min_leaf_size,split_prior,n_temperatures,drop_w",
+    "task,max_depth,min_leaf_size,split_prior,n_temperatures,drop_w,restructure,max_groups",
     [
-        ("classification", 2, 1, "uniform", 1, False),
-        ("classification", 2, 1, "range", 1, False),
-        ("regression", 3, 2, "uniform", 1, False),
-        ("classification", 2, 1, "uniform", 3, False),
-        ("classification", 2, 1, "uniform", 1, True),  # negative control: must fail
+        ("classification", 2, 1, "uniform", 1, False, "pi", 10),
+        ("classification", 2, 1, "range", 1, False, "pi", 10),
+        ("regression", 3, 2, "uniform", 1, False, "pi", 10),
+        ("classification", 2, 1, "uniform", 3, False, "pi", 10),
+        ("classification", 2, 1, "uniform", 1, True, "pi", 10),  # negative control: must fail
+        # spec §5.3: the fibre-Gibbs variant, and "auto" switching between it (K <= 2) and Π (K = 3, 4)
+        ("classification", 2, 1, "uniform", 1, False, "gibbs", 4),
+        ("regression", 3, 2, "uniform", 1, False, "gibbs", 8),
+        ("classification", 2, 1, "range", 3, False, "gibbs", 4),
+        ("classification", 2, 1, "uniform", 1, False, "auto", 2),
     ],
 )
 def test_wu_schedule_matches_enumerated_posterior(toy_data, task, max_depth, min_leaf_size, split_prior,
-                                                  n_temperatures, drop_w):
+                                                  n_temperatures, drop_w, restructure, max_groups):
     """Spec §5.2: 16 chains x 6,000 WU iterations (2 CGM steps, 1 restructure, 2 CGM steps), plain
     or as the kernel of a 3-rung tempered chain, within TV 0.04 of the exact posterior (observed
     0.017 on the 256-tree supports, 0.006 on the 17-tree one); with ``W(S)`` dropped from ``Φ``
-    the chain is biased (observed 0.081)."""
+    the chain is biased (observed 0.081).  Spec §5.3: the same with the fibre-Gibbs restructure
+    (every restructure of a K >= 2 tree accepted; observed TV 0.018, 0.005 and 0.017 tempered with
+    the range prior; restructure acceptance 0.96-0.98) and with "auto" at
+    ``max_groups = 2`` (Gibbs for K = 2, the Π fallback for K = 3-4: 36 % Gibbs; TV 0.018)."""
     X, y, lik, prior, grid, data = _problem(toy_data, task, max_depth, min_leaf_size, split_prior)
     exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
-    algorithm = wu.wu(wu.WUConfig(cgm.CGMConfig.from_prior(prior), n_local=2, drop_w=drop_w))
+    algorithm = wu.wu(wu.WUConfig(cgm.CGMConfig.from_prior(prior), n_local=2, drop_w=drop_w, restructure=restructure,
+                                  max_groups=max_groups))
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(9), num_chains=CHAINS, num_iterations=ITERS,
@@ -264,7 +342,14 @@ def test_wu_schedule_matches_enumerated_posterior(toy_data, task, max_depth, min
         return
     assert tv <= 0.04, tv
     rate = traces["restructure_accepted"].mean()
-    assert 0.05 < rate < 1.0, rate
+    assert 0.05 < rate <= (1.0 if restructure == "gibbs" else 0.999), rate  # Gibbs: accepted whenever K >= 2
+    kind = traces["restructure_kind"]
+    if restructure == "pi":
+        assert (kind == 0).all()
+    elif restructure == "gibbs":
+        assert (kind == 1).all()
+    else:  # both variants ran, Gibbs exactly when the restructured tree had <= max_groups leaves
+        assert 0 < (kind == 1).mean() < 1
     assert 0.05 < traces["local_accept_rate"].mean() < 1.0
     assert set(np.unique(traces["local_accept_rate"] * 4)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
 
@@ -284,16 +369,18 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
     rate = one.stats["local_accept_rate"]
     assert rate.dtype == np.float32 and np.all((rate >= 0) & (rate <= 1)) and 0 < rate.mean() < 1
     assert set(np.unique(rate * 6)) <= set(range(7))  # 2 x n_local local proposals per iteration
-    assert "n_local=3" in one.info["config"]
+    assert "n_local=3" in one.info["config"] and "restructure='auto'" in one.info["config"]
+    assert (one.stats["restructure_kind"] == 1).all()  # max_depth 3: at most 8 <= max_groups leaves, always Gibbs
     assert (one.predict(X) == y).mean() > 0.9
     clf = bd.BayesianTreeClassifier(**{k: v for k, v in kw.items() if k != "seed"}, seed=3).fit(X, y)
     assert clf.get_params()["n_local"] == 3
+    assert clf.get_params()["restructure"] == "auto" and clf.get_params()["max_groups"] == 10
     np.testing.assert_array_equal(clf.posterior_.trees.cut, one.trees.cut)
     Xr, _, y_reg = toy_data
     reg = bd.BayesianTreeRegressor(method="wu", n_local=2, max_depth=2, num_warmup=5, num_samples=20, num_chains=1,
                                    n_temperatures=2, split_prior="range", min_leaf_size=2).fit(Xr, y_reg)
     stats = reg.posterior_.stats
-    assert {"swap_accepted", "restructure_accepted", "local_accept_rate"} <= set(stats)
+    assert {"swap_accepted", "restructure_accepted", "restructure_kind", "local_accept_rate"} <= set(stats)
     assert np.all(reg.posterior_.stats["n_leaves"] <= 3)  # 6 rows, >= 2 per leaf
 
 
@@ -307,6 +394,13 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
         (dict(method="wu", proposal="regrow"), "proposal is an option of method='cgm'"),
         (dict(method="wu", box_constraints=[{0: (None, 1.0)}]), "box_constraints is an option of method='cgm'"),
         (dict(method="wu", initial_tree="L"), "initial_tree is an option of method='cgm'"),
+        (dict(method="cgm", restructure="gibbs"), "restructure is an option of method='wu'"),
+        (dict(method="pg", max_groups=8), "max_groups is an option of method='wu'"),
+        (dict(method="wu", restructure="exact"), r"sample: restructure must be one of \('auto', 'pi', 'gibbs'\)"),
+        (dict(method="wu", max_groups=1), r"sample: max_groups must be an integer in \[2, 12\]"),
+        (dict(method="wu", max_groups=13), r"max_groups must be an integer in \[2, 12\]"),
+        (dict(method="wu", max_groups=4.0), r"max_groups must be an integer in \[2, 12\]"),
+        (dict(method="wu", max_depth=4, restructure="gibbs"), r"'gibbs' needs max_groups >= 2\*\*max_depth = 16"),
     ],
 )
 def test_wu_option_errors(kwargs, match):
@@ -320,9 +414,25 @@ def test_configs_and_cli_key(tmp_path):
         wu.WUConfig(cgm.CGMConfig(2), n_local=0)
     with pytest.raises(ValueError, match="weights must be one of"):
         wu.RestructureConfig(2, weights="posterior")
+    with pytest.raises(ValueError, match="restructure must be one of"):
+        wu.RestructureConfig(2, kind="fibre")
+    with pytest.raises(ValueError, match="restructure must be one of"):
+        wu.WUConfig(cgm.CGMConfig(2), restructure=None)
+    for bad in (1, 0, 13, True, 2.5):
+        with pytest.raises(ValueError, match=r"max_groups must be an integer in \[2, 12\]"):
+            wu.WUConfig(cgm.CGMConfig(2), max_groups=bad)
+    with pytest.raises(ValueError, match="needs max_groups >= 2\\*\\*max_depth = 8"):
+        wu.RestructureConfig(3, kind="gibbs", max_groups=7)
+    with pytest.raises(ValueError, match="gibbs_control must be one of"):
+        wu.RestructureConfig(2, kind="gibbs", gibbs_control="drop_w")
+    assert wu.RestructureConfig(3, kind="gibbs", max_groups=8).gibbs_only
+    assert wu.RestructureConfig(3, kind="auto", max_groups=8).gibbs_only
+    assert not wu.RestructureConfig(4, kind="auto", max_groups=12).gibbs_only
+    assert not wu.RestructureConfig(2, kind="pi", max_groups=12).gibbs_only
     from bdtree_jax.cli import load_config
 
     path = tmp_path / "wu.yaml"
-    path.write_text("dataset: iris\nmethod: wu\nn_local: 10\n")
+    path.write_text("dataset: iris\nmethod: wu\nn_local: 10\nrestructure: gibbs\nmax_groups: 8\n")
     config = load_config(path)
     assert config["method"] == "wu" and config["n_local"] == 10
+    assert config["restructure"] == "gibbs" and config["max_groups"] == 8
