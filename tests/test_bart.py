@@ -114,6 +114,7 @@ def geweke_z(sampler, seed=0):
     return (sc.mean((0, 1)) - mc.mean(0)) / se, sc.mean((0, 1)), mc.mean(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_geweke_getting_it_right(sampler):
     """Spec §4 item 13.  Alternating a sweep with y ~ p(y | trees, leaves, sigma) must leave the

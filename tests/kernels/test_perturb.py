@@ -164,9 +164,9 @@ def test_log_ratio_matches_enumeration(toy_data, start, split_prior, min_leaf_si
     [
         ("classification", 2, 1, "uniform", False, 1),
         ("classification", 2, 1, "range", False, 1),
-        ("classification", 3, 2, "uniform", True, 1),
+        pytest.param("classification", 3, 2, "uniform", True, 1, marks=pytest.mark.slow),
         ("regression", 2, 1, "uniform", True, 1),
-        ("regression", 2, 1, "range", True, 3),
+        pytest.param("regression", 2, 1, "range", True, 3, marks=pytest.mark.slow),
     ],
 )
 def test_cgm_perturb_matches_enumerated_posterior(toy_data, task, max_depth, min_leaf_size, split_prior, adapt,
@@ -400,6 +400,7 @@ def _adapt_problem():
     return prior, data
 
 
+@pytest.mark.slow
 def test_adaptation_moves_width_towards_target_and_freezes():
     prior, data = _adapt_problem()
     cfg = cgm.CGMConfig.from_prior(prior)

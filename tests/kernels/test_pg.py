@@ -85,7 +85,7 @@ def test_sweep_leaves_exact_posterior_invariant(toy_problem, task, num_particles
     ], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("n_temperatures", [1, 3])
+@pytest.mark.parametrize("n_temperatures", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_chain_matches_exact_posterior(toy_problem, n_temperatures):
     """Spec §4 item 11(b): 16 chains x 5,000 PG sweeps (10 particles) -- alone and as the kernel
     of a 3-rung tempered chain, chains sharded over the test session's CPU devices -- within TV

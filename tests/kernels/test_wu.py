@@ -306,14 +306,14 @@ CHAINS, ITERS, BURN = 16, 6000, 200
     "task,max_depth,min_leaf_size,split_prior,n_temperatures,drop_w,restructure,max_groups",
     [
         ("classification", 2, 1, "uniform", 1, False, "pi", 10),
-        ("classification", 2, 1, "range", 1, False, "pi", 10),
-        ("regression", 3, 2, "uniform", 1, False, "pi", 10),
-        ("classification", 2, 1, "uniform", 3, False, "pi", 10),
+        pytest.param("classification", 2, 1, "range", 1, False, "pi", 10, marks=pytest.mark.slow),
+        pytest.param("regression", 3, 2, "uniform", 1, False, "pi", 10, marks=pytest.mark.slow),
+        pytest.param("classification", 2, 1, "uniform", 3, False, "pi", 10, marks=pytest.mark.slow),
         ("classification", 2, 1, "uniform", 1, True, "pi", 10),  # negative control: must fail
         # spec §5.3: the fibre-Gibbs variant, and "auto" switching between it (K <= 2) and Π (K = 3, 4)
         ("classification", 2, 1, "uniform", 1, False, "gibbs", 4),
-        ("regression", 3, 2, "uniform", 1, False, "gibbs", 8),
-        ("classification", 2, 1, "range", 3, False, "gibbs", 4),
+        pytest.param("regression", 3, 2, "uniform", 1, False, "gibbs", 8, marks=pytest.mark.slow),
+        pytest.param("classification", 2, 1, "range", 3, False, "gibbs", 4, marks=pytest.mark.slow),
         ("classification", 2, 1, "uniform", 1, False, "auto", 2),
     ],
 )
