@@ -59,9 +59,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
 
 from ._types import Array, PRNGKey
+from .estimators import _FeatureChecks
 from .data import SPLIT_PRIORS, SplitGrid, TreeData, check_regression_y, check_X, make_split_grid, make_tree_data
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
@@ -505,7 +505,7 @@ class BARTPosterior:
 # scikit-learn estimator
 
 
-class BARTRegressor(RegressorMixin, BaseEstimator):
+class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
     """Bayesian additive regression trees (Chipman, George & McCulloch 2010).
 
     ``y = sum of n_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
@@ -650,25 +650,8 @@ class BARTRegressor(RegressorMixin, BaseEstimator):
             info=dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
                       seconds_per_sweep=seconds / (num_warmup + num_samples)),
         )
-        self.n_features_in_ = Xv.shape[1]
-        if names is not None:
-            self.feature_names_in_ = np.asarray(names, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
+        self._record_features(Xv.shape[1], names)
         return self
-
-    def _check_predict_X(self, X) -> np.ndarray:
-        check_is_fitted(self, "posterior_")
-        name = type(self).__name__
-        Xv, names = check_X(X, estimator=name)
-        if Xv.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {Xv.shape[1]} features, but {name} is expecting {self.n_features_in_} features as input."
-            )
-        fitted = getattr(self, "feature_names_in_", None)
-        if names is not None and fitted is not None and list(names) != list(fitted):
-            raise ValueError(f"{name}: the feature names of X {names} differ from those seen in fit {list(fitted)}.")
-        return Xv
 
     def predict(self, X) -> np.ndarray:
         """(n,) posterior mean of the regression function."""

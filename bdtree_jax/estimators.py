@@ -19,26 +19,16 @@ from .sampling import METHODS, sample
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor"]
 
 
-class _BayesianTree(BaseEstimator):
-    _task = ""
+class _FeatureChecks:
+    """What every fitted estimator here records about its training inputs (``n_features_in_``,
+    ``feature_names_in_``) and checks again at prediction (scikit-learn's conventions)."""
 
-    def _sampler_kwargs(self) -> dict:
-        params = self.get_params()
-        if params["method"] not in METHODS:
-            raise ValueError(f"{type(self).__name__}: unknown method {params['method']!r}; available: {METHODS}.")
-        return params
-
-    def _fit(self, X, y):
-        name = type(self).__name__
-        Xv, names = check_X(X, estimator=name)
-        kwargs = self._sampler_kwargs()
-        self.posterior_ = sample(X, y, task=self._task, **kwargs)
-        self.n_features_in_ = Xv.shape[1]
+    def _record_features(self, n_features: int, names) -> None:
+        self.n_features_in_ = n_features
         if names is not None:
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        return self
 
     def _check_predict_X(self, X):
         check_is_fitted(self, "posterior_")
@@ -52,6 +42,24 @@ class _BayesianTree(BaseEstimator):
         if names is not None and fitted is not None and list(names) != list(fitted):
             raise ValueError(f"{name}: the feature names of X {names} differ from those seen in fit {list(fitted)}.")
         return Xv
+
+
+class _BayesianTree(_FeatureChecks, BaseEstimator):
+    _task = ""
+
+    def _sampler_kwargs(self) -> dict:
+        params = self.get_params()
+        if params["method"] not in METHODS:
+            raise ValueError(f"{type(self).__name__}: unknown method {params['method']!r}; available: {METHODS}.")
+        return params
+
+    def _fit(self, X, y):
+        name = type(self).__name__
+        Xv, names = check_X(X, estimator=name)
+        kwargs = self._sampler_kwargs()
+        self.posterior_ = sample(X, y, task=self._task, **kwargs)
+        self._record_features(Xv.shape[1], names)
+        return self
 
     def map_tree_text(self) -> str:
         """Text of the MAP tree with feature names and leaf summaries."""
