@@ -15,7 +15,7 @@ from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: 
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .priors import TreePrior  # noqa: E402
-from .sampling import run_chains, sample  # noqa: E402
+from .sampling import clear_compiled, run_chains, sample  # noqa: E402
 from .tree import Tree  # noqa: E402
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __all__ = [
     "TreeData",
     "TreePrior",
     "bart",
+    "clear_compiled",
     "datasets",
     "diagnostics",
     "exact",

@@ -26,7 +26,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from .kernels.base import SamplingAlgorithm
 
-__all__ = ["run_chains", "trace_count", "chain_devices"]
+__all__ = ["run_chains", "trace_count", "chain_devices", "clear_compiled"]
 
 _TRACES = {"count": 0}
 
@@ -98,6 +98,22 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
 
 
 _PROGRAMS: dict = {}
+
+
+def clear_compiled() -> None:
+    """Forget every compiled sampler program (the driver's block programs, SMC's runs and JAX's
+    own caches) so their memory is released; the next run compiles again.
+
+    Each XLA CPU executable holds memory mappings of its own: a long session that compiles
+    thousands of distinct programs (many configurations or data shapes in one notebook, a test
+    suite) can reach the kernel's ``vm.max_map_count`` (65,530 by default on Linux), after which
+    the next compilation crashes the process.  Call this between unrelated fits in such sessions.
+    """
+    from .kernels import smc
+
+    _PROGRAMS.clear()
+    smc.compiled_run.cache_clear()
+    jax.clear_caches()
 
 
 def _get_program(kind: str, algorithm: SamplingAlgorithm, block_size: int, devices: tuple, builder):

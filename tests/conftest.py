@@ -62,3 +62,18 @@ def toy_problem(toy_data):
         return dict(data=data, grid=grid, trees=trees, exact=exact, log_z=log_z)
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop every compiled program after each test module.  XLA's CPU executables each hold
+    memory mappings, and the suite compiles hundreds of distinct programs: kept alive in one
+    process they pass the kernel's ``vm.max_map_count`` (65,530 here) and the next compilation
+    crashes (a segfault inside XLA).  Clearing between modules keeps the count per module."""
+    yield
+    import gc
+
+    from bdtree_jax import sampling
+
+    sampling.clear_compiled()
+    gc.collect()

@@ -103,3 +103,16 @@ def test_run_length_does_not_recompile(problem):
     _run(problem, num_iterations=1000)
     _run(problem, num_iterations=250)
     assert sampling.trace_count() == before
+
+
+def test_clear_compiled_releases_programs_and_recompiles_the_same_chain(problem):
+    """After ``clear_compiled`` the next run compiles its block program again (one new trace)
+    and gives the same draws; without it, a repeated run compiles nothing."""
+    a = _run(problem, num_iterations=50, block_size=50)
+    before = sampling.trace_count()
+    _run(problem, num_iterations=50, block_size=50)
+    assert sampling.trace_count() == before
+    bd.clear_compiled()
+    b = _run(problem, num_iterations=50, block_size=50)
+    assert sampling.trace_count() == before + 1
+    _assert_same(a, b)
