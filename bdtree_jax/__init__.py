@@ -9,7 +9,7 @@ from ._devices import configure_cpu_devices
 configure_cpu_devices()
 
 from . import bart, datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
-from .bart import BARTRegressor  # noqa: E402
+from .bart import BARTClassifier, BARTRegressor  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
@@ -21,6 +21,7 @@ from .tree import Tree  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "BARTClassifier",
     "BARTRegressor",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",

@@ -34,12 +34,30 @@ and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
 ``point_stats`` and ``likelihood`` are swapped in; every shape is fixed (``M`` trees of
 ``2**(max_depth+1) - 1`` heap slots), so one run compiles once whatever the trees.
 
+Binary outcomes (``BARTConfig(outcome="binary")``, :class:`BARTClassifier`): probit BART with
+Albert & Chib (1993) latents, as Chipman et al. (2010, §4.2) and bartz's ``outcome_type="binary"``::
+
+    P(y_i = 1) = Phi(offset + sum_m g(x_i; T_m, mu_m)),  i.e.  z_i ~ N(offset + f(x_i), 1),  y_i = 1{z_i > 0}
+
+``sigma = 1`` is fixed, ``offset = Phi^-1(mean(y))`` (bartz's choice; the trees then model the
+departure from the base rate, and the leaf prior is centred at 0 as for regression), leaf values
+``mu ~ N(0, tau2)`` with ``tau = 3 / (k sqrt(M))`` (Chipman 2010's binary default, ``k = 2``: the
+sum of trees has prior sd 1.5 on the probit scale).  ``BARTData.y`` holds the 0/1 labels.  A
+sweep first draws every latent from its truncated normal conditional (``z_i > 0`` when ``y_i = 1``,
+``z_i < 0`` when ``y_i = 0``; :func:`draw_latents`), then backfits all trees on the latent
+residual ``z - offset`` exactly as above (the same scan, ``sigma2 = 1``), and draws no ``sigma``.
+The latents are not kept: given the trees they are redrawn from their full conditional, so the
+sweep is a Gibbs sampler of ``p(trees, leaves, z | y)`` whose marginal in the trees is the target.
+
 State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
 (its cached statistics refer to the residual of each tree's last update), ``leaf_values (M, N)``
 (0 off the leaves), the total fit at the training rows ``(n,)`` (recomputed exactly from the
 trees at the start of every sweep, so float32 round-off does not accumulate) and ``sigma2 ()``.
 
-Trace per iteration (:func:`trace`): ``sigma`` and ``train_rmse`` (original ``y`` units), mean
+Trace per iteration (:func:`trace`): ``sigma``, ``train_rmse`` and ``train_log_lik`` (the normal
+log-likelihood of the training ``y``; original ``y`` units) -- for binary outcomes instead
+``train_accuracy``, ``train_log_lik`` (Bernoulli, ``sum log Phi(+-f)``), ``fit_mean`` and ``fit_sd``
+(mean and sd over the training rows of the latent ``f = offset + sum of trees``) --, mean
 leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
 trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
 ``(M, N)``) and ``leaf_values (M, N)`` float32, needed to predict at new inputs.  That is
@@ -58,11 +76,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from jax.scipy.special import log_ndtr, ndtr, ndtri
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
 
 from ._types import Array, PRNGKey
 from .estimators import _FeatureChecks
-from .data import SPLIT_PRIORS, SplitGrid, TreeData, check_regression_y, check_X, make_split_grid, make_tree_data
+from .data import (SPLIT_PRIORS, SplitGrid, TreeData, check_classification_y, check_regression_y, check_X,
+                   make_split_grid, make_tree_data)
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
@@ -70,12 +91,14 @@ from .priors import TreePrior, regrow_subtree, subtree_sums
 from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth
 
 __all__ = [
-    "TREE_SAMPLERS", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "BARTPosterior", "BARTRegressor",
-    "bart", "build_model", "default_hyperparameters", "geweke_step", "init", "prior_draw", "simulate_y", "step",
+    "TREE_SAMPLERS", "OUTCOMES", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "BARTPosterior",
+    "BARTClassifierPosterior", "BARTRegressor", "BARTClassifier", "bart", "build_model", "build_probit_model",
+    "default_hyperparameters", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step",
     "sum_of_trees", "trace",
 ]
 
 TREE_SAMPLERS = ("grow-prune", "cgm", "pg")
+OUTCOMES = ("continuous", "binary")
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 
@@ -99,6 +122,8 @@ class BARTConfig:
     trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut``.
     incremental : CGM re-scores only what a move touches (best for sequential chains, CPU).
     record_trees : put the trees and leaf values in the per-iteration trace.
+    outcome : "continuous" (normal noise, ``sigma`` drawn) or "binary" (probit with latents,
+        ``sigma = 1``; ``sample_sigma`` is then ignored).
     """
 
     n_trees: int
@@ -110,14 +135,26 @@ class BARTConfig:
     trace_dtypes: tuple = ("int32", "int32")
     incremental: bool = True
     record_trees: bool = True
+    outcome: str = "continuous"
 
     def __post_init__(self):
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}; got {self.outcome!r}.")
         if self.tree_sampler not in TREE_SAMPLERS:
             raise ValueError(f"tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
         if not _is_int(self.n_trees) or self.n_trees < 1:
             raise ValueError(f"n_trees must be an integer >= 1; got {self.n_trees!r}.")
         if not _is_int(self.num_particles) or self.num_particles < 1:
             raise ValueError(f"num_particles must be an integer >= 1; got {self.num_particles!r}.")
+
+    @property
+    def binary(self) -> bool:
+        return self.outcome == "binary"
+
+    @property
+    def draws_sigma(self) -> bool:
+        """Whether a sweep draws ``sigma2`` (continuous outcome with ``sample_sigma``)."""
+        return self.sample_sigma and not self.binary
 
     @property
     def cgm(self) -> cgm.CGMConfig:
@@ -135,10 +172,13 @@ class BARTData(NamedTuple):
 
     tree_data : TreeData of the inputs; its ``likelihood`` is a :class:`BARTLeafNormal` carrying
         ``tau2`` (its ``sigma2`` and ``point_stats`` are replaced in every tree update).
-    y : (n,) float32 the response on the model's scale (rescaled to [-0.5, 0.5]).
-    nu, lam : () the scaled inverse-chi2 prior of ``sigma2``.
-    sigma2_init : () initial ``sigma2`` (``sigma_hat**2``).
+    y : (n,) float32 the response on the model's scale (rescaled to [-0.5, 0.5]); for a binary
+        outcome the 0/1 labels.
+    nu, lam : () the scaled inverse-chi2 prior of ``sigma2`` (unused for a binary outcome).
+    sigma2_init : () initial ``sigma2`` (``sigma_hat**2``; 1 for a binary outcome).
     y_scale : () original units per model unit (to report ``sigma`` and the RMSE in ``y``'s units).
+    offset : () binary outcome: the latent mean is ``offset + sum of trees`` (default 0; unused
+        for a continuous outcome, whose rescaling is host side).
     """
 
     tree_data: TreeData
@@ -147,6 +187,7 @@ class BARTData(NamedTuple):
     lam: Array
     sigma2_init: Array
     y_scale: Array
+    offset: Array = np.float32(0.0)
 
 
 class BARTState(NamedTuple):
@@ -160,12 +201,19 @@ class BARTState(NamedTuple):
 
 
 class BARTInfo(NamedTuple):
-    """Per sweep: ``accepted`` (M,) bool tree changed; ``sigma`` () and ``train_rmse`` () in the
-    original units of ``y`` (after the sweep)."""
+    """Per sweep (after it): ``accepted`` (M,) bool tree changed; ``sigma`` () and ``train_rmse`` ()
+    in the original units of ``y``; ``train_log_lik`` () log-likelihood of the training response
+    given the draw (normal in ``y``'s units, or Bernoulli-probit); binary outcome only (NaN
+    otherwise): ``train_accuracy``, ``fit_mean``, ``fit_sd`` of the latent ``offset + fit`` (and
+    then ``sigma = 1``, ``train_rmse`` the root of the Brier score)."""
 
     accepted: Array
     sigma: Array
     train_rmse: Array
+    train_log_lik: Array
+    train_accuracy: Array
+    fit_mean: Array
+    fit_sd: Array
 
 
 def _is_int(v) -> bool:
@@ -192,6 +240,22 @@ def _draw_sigma2(key: PRNGKey, residual: Array, nu: Array, lam: Array) -> Array:
     return (rate / jax.random.gamma(key, shape)).astype(jnp.float32)
 
 
+def draw_latents(key: PRNGKey, mean: Array, y: Array) -> Array:
+    """Albert–Chib latents: ``z_i ~ N(mean_i, 1)`` truncated to ``z_i > 0`` where ``y_i = 1`` and
+    to ``z_i < 0`` where ``y_i = 0`` (shape of ``mean``).
+
+    By inversion on the side that keeps precision: with ``s = 2y - 1`` and ``u ~ U(0, 1)``,
+    ``z = mean - s Phi^-1(u Phi(s mean))`` (``Phi^-1(u Phi(a))`` is a standard normal truncated to
+    ``(-inf, a)``; the product is formed in the lower tail, so a latent far on the wrong side of 0,
+    ``Phi(s mean) ~ 1e-9``, is still drawn accurately in float32).  ``u`` is the midpoint of one
+    of 2**23 equal cells, in ``[2**-24, 1 - 2**-24]``: never 0 or 1, so ``z`` is finite and on its
+    side of 0."""
+    s = 2.0 * y.astype(jnp.float32) - 1.0
+    u = jax.random.uniform(key, jnp.shape(mean), jnp.float32) + jnp.float32(2.0**-24)
+    p = jnp.maximum(u * ndtr(s * mean), jnp.finfo(jnp.float32).tiny)
+    return (mean - s * ndtri(p)).astype(jnp.float32)
+
+
 def _update_tree(key, uniforms, state: cgm.CGMState, data: TreeData, config: BARTConfig):
     """One update of one tree by the configured sampler; returns (state, changed)."""
     if config.tree_sampler == "pg":
@@ -214,7 +278,8 @@ def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
 
 
 def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:
-    """One backfitting sweep over the trees, then ``sigma2`` (module docstring)."""
+    """One backfitting sweep over the trees, then ``sigma2`` (module docstring).  Binary outcome:
+    the latents first (with the key a continuous sweep spends on ``sigma2``), no ``sigma2``."""
     M = config.n_trees
     N = n_nodes(config.max_depth)
     k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
@@ -223,11 +288,15 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
     tree_keys = jax.random.split(k_trees, M)
     sigma2 = state.sigma2
     total = _tree_fits(state).sum(0)  # exact, from the trees (no accumulated round-off)
+    if config.binary:  # the trees' target: latent minus offset
+        target = draw_latents(k_sigma, data.offset + total, data.y) - data.offset
+    else:
+        target = data.y
 
     def body(total, xs):
         tree_state, values, u, z, k = xs
         old = values[tree_state.leaf_id]
-        residual = data.y - (total - old)
+        residual = target - (total - old)
         data_m = _residual_data(data, residual, sigma2)
         # re-score on the residual: the rows' leaves and valid-cut bounds do not change
         stats = subtree_sums(data_m.point_stats, tree_state.leaf_id, N)
@@ -240,10 +309,22 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
 
     total, (trees, values, changed) = jax.lax.scan(body, total, (state.trees, state.leaf_values, uniforms, normals,
                                                                  tree_keys))
+    if config.binary:
+        f = data.offset + total
+        y = data.y
+        log_lik = jnp.sum(log_ndtr((2.0 * y - 1.0) * f))
+        info = BARTInfo(changed, jnp.sqrt(sigma2), jnp.sqrt(jnp.mean((y - ndtr(f)) ** 2)), log_lik,
+                        jnp.mean(((f > 0) == (y > 0.5)).astype(jnp.float32)), jnp.mean(f), jnp.std(f))
+        return BARTState(trees, values, total, sigma2), info
     residual = data.y - total
-    if config.sample_sigma:
+    if config.draws_sigma:
         sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
-    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale)
+    n = residual.shape[0]
+    log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2)
+               - n * jnp.log(data.y_scale))  # density of y in its original units
+    nan = jnp.float32(jnp.nan)
+    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale,
+                    log_lik, nan, nan, nan)
     return BARTState(trees, values, total, sigma2), info
 
 
@@ -252,9 +333,13 @@ def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
     t = state.trees.tree
     leaves = jax.vmap(n_leaves)(t)
     depth = jax.vmap(tree_depth)(t)
+    if config.binary:
+        head = dict(train_accuracy=info.train_accuracy, train_log_lik=info.train_log_lik, fit_mean=info.fit_mean,
+                    fit_sd=info.fit_sd)
+    else:
+        head = dict(sigma=info.sigma, train_rmse=info.train_rmse, train_log_lik=info.train_log_lik)
     out = dict(
-        sigma=info.sigma,
-        train_rmse=info.train_rmse,
+        **head,
         n_leaves=jnp.mean(leaves.astype(jnp.float32)),
         depth=jnp.mean(depth.astype(jnp.float32)),
         at_max_depth=jnp.mean((depth >= config.max_depth).astype(jnp.float32)),
@@ -288,9 +373,15 @@ def bart(config: BARTConfig) -> SamplingAlgorithm:
 # Simulation from the model (prior draws, Geweke's successive-conditional simulator)
 
 
-def simulate_y(key: PRNGKey, state: BARTState) -> Array:
-    """A response ``y ~ N(fit, sigma2)`` (n,) on the model's scale given trees, leaves and sigma."""
-    return state.fit + jnp.sqrt(state.sigma2) * jax.random.normal(key, state.fit.shape)
+def simulate_y(key: PRNGKey, state: BARTState, data: BARTData | None = None,
+               config: BARTConfig | None = None) -> Array:
+    """A response ``y ~ N(fit, sigma2)`` (n,) on the model's scale given trees, leaves and sigma;
+    for a binary outcome (``config.binary``) labels ``y = 1{offset + fit + N(0, 1) > 0}`` (0/1
+    float32), i.e. ``P(y = 1) = Phi(offset + fit)``."""
+    noise = jax.random.normal(key, state.fit.shape)
+    if config is not None and config.binary:
+        return (data.offset + state.fit + noise > 0).astype(jnp.float32)
+    return state.fit + jnp.sqrt(state.sigma2) * noise
 
 
 def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig):
@@ -298,7 +389,7 @@ def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConf
     one sweep given that ``y``.  Its stationary law is the prior of the state (tested against
     :func:`prior_draw`).  Returns ``(state, data with the new y, info)``."""
     k_y, k_sweep = jax.random.split(key)
-    data = data._replace(y=simulate_y(k_y, state).astype(jnp.float32))
+    data = data._replace(y=simulate_y(k_y, state, data, config).astype(jnp.float32))
     state, info = step(k_sweep, state, data, config)
     return state, data, info
 
@@ -306,7 +397,8 @@ def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConf
 def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
     """A draw of trees, leaf values and ``sigma2`` from the prior (trees grown top-down from the
     stump by :func:`~bdtree_jax.priors.regrow_subtree`, the same truncated CGM98 prior on the
-    training inputs; ``sigma2 = sigma2_init`` when ``config.sample_sigma`` is False)."""
+    training inputs; ``sigma2 = sigma2_init`` when ``config.sample_sigma`` is False or the outcome
+    is binary)."""
     M, N = config.n_trees, n_nodes(config.max_depth)
     td = data.tree_data
     stump = cgm.init(None, td, config.cgm)
@@ -320,7 +412,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
         return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
 
     trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M))
-    if config.sample_sigma:
+    if config.draws_sigma:
         sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
     else:
         sigma2 = data.sigma2_init
@@ -382,6 +474,38 @@ def build_model(X: np.ndarray, y: np.ndarray, *, n_trees: int, max_depth: int = 
     return data, model
 
 
+def probit_offset(codes: np.ndarray) -> float:
+    """bartz's (and BayesTree's ``binaryOffset``) default: ``Phi^-1(mean(y))``, the proportion
+    clipped to ``[1/(n+1), n/(n+1)]`` so that it is finite."""
+    from scipy.special import ndtri as np_ndtri
+
+    n = len(codes)
+    prop = float(np.clip(np.mean(codes), 1.0 / (n + 1), n / (n + 1.0)))
+    return float(np_ndtri(prop))
+
+
+def build_probit_model(X: np.ndarray, codes: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
+                       beta: float = 2.0, k: float = 2.0, offset: float | None = None, split_prior: str = "uniform",
+                       min_leaf_size: int = 1) -> tuple[BARTData, dict]:
+    """Validated numpy ``X`` (n, F) and 0/1 ``codes`` (n,) -> (:class:`BARTData` of a binary
+    outcome, model dict).  Leaf prior sd ``tau = 3 / (k sqrt(n_trees))`` on the probit scale
+    (Chipman et al. 2010, §4.2), ``sigma = 1``, ``offset`` default :func:`probit_offset`."""
+    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                      split_prior=split_prior)
+    codes = np.asarray(codes, np.float32)
+    offset = probit_offset(codes) if offset is None else float(offset)
+    tau = 3.0 / (k * np.sqrt(n_trees))
+    grid = make_split_grid(X)
+    bins = grid.bin(X)
+    likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau**2))
+    tree_data = make_tree_data(bins, codes - offset, prior, likelihood, grid=grid)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    data = BARTData(tree_data, f32(codes), f32(1.0), f32(1.0), f32(1.0), f32(1.0), f32(offset))
+    model = dict(grid=grid, prior=prior, y_offset=offset, y_scale=1.0, train_bins=bins, tau2=float(tau**2),
+                 offset=offset)
+    return data, model
+
+
 # ----------------------------------------------------------------------------------------------
 # Prediction
 
@@ -413,10 +537,13 @@ class BARTPosterior:
     Attributes
     ----------
     trees : Tree of (C, S, M, N) arrays; leaf_values : (C, S, M, N) float32 (model scale).
-    stats : dict of (C, S) per-iteration scalars: ``sigma``, ``train_rmse`` (original units),
-        ``n_leaves``, ``depth`` (means over trees), ``at_max_depth``, ``accepted`` (fractions of
-        trees).  ``warmup_stats``: the same for the warm-up iterations.
+    stats : dict of (C, S) per-iteration scalars: ``sigma``, ``train_rmse``, ``train_log_lik``
+        (original units), ``n_leaves``, ``depth`` (means over trees), ``at_max_depth``,
+        ``accepted`` (fractions of trees).  ``warmup_stats``: the same for the warm-up iterations.
     grid : the training split grid; y_offset, y_scale : ``y = y_offset + y_scale * model scale``.
+    train_bins : (n, F) bin codes of the training inputs, y_train : (n,) the training response
+        (for the pointwise log-likelihood; None when the posterior was built without them).
+    feature_names : F names (the DataFrame's columns, else ``x0, x1, ...``).
     """
 
     trees: Tree
@@ -429,6 +556,9 @@ class BARTPosterior:
     config: BARTConfig
     model: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    train_bins: np.ndarray | None = None
+    y_train: np.ndarray | None = None
+    feature_names: list | None = None
 
     @property
     def num_chains(self) -> int:
@@ -444,14 +574,14 @@ class BARTPosterior:
         return self.stats["sigma"]
 
     def _bins(self, X) -> np.ndarray:
-        X, _ = check_X(X, estimator="BARTPosterior")
+        X, _ = check_X(X, estimator=type(self).__name__)
         if X.shape[1] != self.grid.n_features:
             raise ValueError(f"X has {X.shape[1]} features; the model was fit on {self.grid.n_features}.")
         return self.grid.bin(X)
 
-    def predict_draws(self, X, *, chunk: int = 64) -> np.ndarray:
-        """(C * S, n) the regression function at the rows of X, one row per draw (original units)."""
-        bins = jnp.asarray(self._bins(X))
+    def _draws_at(self, bins: np.ndarray, chunk: int = 64) -> np.ndarray:
+        """(C * S, n) ``y_offset + y_scale * sum of trees`` at rows given by their bin codes."""
+        bins = jnp.asarray(bins)
         D = self.num_chains * self.num_draws
         M, N = self.leaf_values.shape[-2:]
         flat = Tree(*(np.asarray(a).reshape(D, M, N) for a in self.trees))
@@ -464,6 +594,22 @@ class BARTPosterior:
             out = sum_of_trees(Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad]), bins)
             outs.append(np.asarray(out)[: len(sel)])
         return self.y_offset + self.y_scale * np.concatenate(outs, axis=0).astype(np.float64)
+
+    def predict_draws(self, X, *, chunk: int = 64) -> np.ndarray:
+        """(C * S, n) the regression function at the rows of X, one row per draw (original units)."""
+        return self._draws_at(self._bins(X), chunk)
+
+    def train_draws(self) -> np.ndarray:
+        """(C, S, n) the function (regression function, or the classifier's latent ``f``) at the
+        training rows, per draw (computed once, then cached)."""
+        if self.train_bins is None:
+            raise ValueError("this posterior does not hold its training inputs (train_bins is None).")
+        cached = self.__dict__.get("_train_draws")
+        if cached is None:
+            n = self.train_bins.shape[0]
+            cached = self._draws_at(self.train_bins).reshape(self.num_chains, self.num_draws, n)
+            self.__dict__["_train_draws"] = cached
+        return cached
 
     def predict(self, X) -> np.ndarray:
         """(n,) posterior mean of the regression function."""
@@ -490,22 +636,228 @@ class BARTPosterior:
             acceptance_rate=float(np.mean(self.stats["accepted"])),
         )
 
-    def to_arviz(self):
-        """ArviZ data: ``posterior`` (``sigma``), ``sample_stats`` (the other per-iteration
-        scalars)."""
+    # -- variable inclusion ----------------------------------------------------------------------
+    def variable_counts(self) -> np.ndarray:
+        """(C, S, F) int: per draw, the number of split rules (internal nodes over all trees) on each
+        feature (BART's and bartz's ``varcount``)."""
+        F = self.grid.n_features
+        is_split = np.asarray(self.trees.is_split)
+        C, S = is_split.shape[:2]
+        c, s, _, _ = np.nonzero(is_split)
+        feature = np.asarray(self.trees.feature)[is_split].astype(np.int64)
+        counts = np.bincount((c * S + s) * F + feature, minlength=C * S * F)
+        return counts.reshape(C, S, F)
+
+    def variable_inclusion(self, mean: bool = False) -> np.ndarray:
+        """Variable-inclusion proportions: per draw, the fraction of all split rules (over every
+        tree) that use each feature -- (C, S, F), each row summing to 1 (NaN for a draw without any
+        split).  ``mean=True``: their average over the draws that have splits, (F,)."""
+        counts = self.variable_counts().astype(np.float64)
+        total = counts.sum(-1, keepdims=True)
+        props = np.divide(counts, total, out=np.full_like(counts, np.nan), where=total > 0)
+        if not mean:
+            return props
+        valid = total[..., 0] > 0
+        if not valid.any():
+            return np.full(counts.shape[-1], np.nan)
+        return props[valid].mean(0)
+
+    def variable_inclusion_summary(self):
+        """pandas DataFrame, one row per feature (index: ``feature_names``): ``proportion`` (mean
+        inclusion proportion over draws), ``sd``, ``q05``, ``q95`` (over draws) and
+        ``splits_per_draw`` (mean number of split rules on the feature)."""
+        import pandas as pd
+
+        props = self.variable_inclusion().reshape(-1, self.grid.n_features)
+        props = props[~np.isnan(props[:, 0])]
+        counts = self.variable_counts().reshape(-1, self.grid.n_features)
+        names = self.feature_names or [f"x{i}" for i in range(self.grid.n_features)]
+        if len(props) == 0:
+            props = np.full((1, self.grid.n_features), np.nan)
+        q05, q95 = np.quantile(props, [0.05, 0.95], axis=0)
+        return pd.DataFrame(dict(proportion=props.mean(0), sd=props.std(0), q05=q05, q95=q95,
+                                 splits_per_draw=counts.mean(0)), index=pd.Index(names, name="feature"))
+
+    # -- ArviZ -----------------------------------------------------------------------------------
+    def pointwise_log_likelihood(self) -> np.ndarray:
+        """(C, S, n) ``log p(y_i | draw)`` of every training row: ``N(y_i; f(x_i), sigma**2)`` in the
+        units of ``y``."""
+        from scipy.stats import norm
+
+        f = self.train_draws()
+        return norm.logpdf(np.asarray(self.y_train, np.float64), f, np.asarray(self.sigma, np.float64)[..., None])
+
+    def _arviz_groups(self) -> tuple[dict, dict]:
+        return {"sigma": self.stats["sigma"]}, {k: v for k, v in self.stats.items() if k != "sigma"}
+
+    def to_arviz(self, *, pointwise: bool = True):
+        """ArviZ data (``InferenceData`` with ArviZ 0.2x, ``DataTree`` with 1.x): ``posterior``
+        (``sigma``; the classifier: ``fit_mean``, ``fit_sd``), ``sample_stats`` (the other
+        per-iteration scalars) and, with ``pointwise=True`` (and the training data held),
+        ``log_likelihood`` (``y``: :meth:`pointwise_log_likelihood`, dimension ``obs``; what
+        ``az.loo`` and ``az.waic`` read) and ``observed_data`` (``y``)."""
         from ._arviz import make_inference_data
 
-        return make_inference_data({
-            "posterior": {"sigma": self.stats["sigma"]},
-            "sample_stats": {k: v for k, v in self.stats.items() if k != "sigma"},
-        })
+        posterior, sample_stats = self._arviz_groups()
+        groups = {"posterior": posterior, "sample_stats": sample_stats}
+        dims = {}
+        if pointwise and self.train_bins is not None and self.y_train is not None:
+            groups["log_likelihood"] = {"y": self.pointwise_log_likelihood()}
+            groups["observed_data"] = {"y": np.asarray(self.y_train)}
+            dims = {"y": ["obs"]}
+        return make_inference_data(groups, dims=dims)
+
+
+@dataclass(eq=False)
+class BARTClassifierPosterior(BARTPosterior):
+    """Draws of a probit BART run (:class:`BARTClassifier`).
+
+    As :class:`BARTPosterior`, with ``y_offset`` the probit offset and ``y_scale = 1``: the
+    function of :meth:`predict_draws` is the latent ``f(x) = offset + sum of trees`` with
+    ``P(y = classes[1] | x) = Phi(f(x))``.  ``stats``: ``train_accuracy``, ``train_log_lik``
+    (Bernoulli), ``fit_mean``, ``fit_sd`` (latent ``f`` over the training rows) and the tree
+    summaries.  ``y_train`` holds the 0/1 codes; ``classes`` the two labels.
+    """
+
+    classes: np.ndarray | None = None
+
+    @property
+    def sigma(self) -> np.ndarray:
+        raise AttributeError("probit BART has no noise sd: the latent's sd is fixed at 1.")
+
+    def predict_proba_draws(self, X) -> np.ndarray:
+        """(C * S, n) ``P(y = classes[1] | x) = Phi(f(x))`` per draw."""
+        from scipy.special import ndtr as np_ndtr
+
+        return np_ndtr(self.predict_draws(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) posterior mean class probabilities (columns in the order of ``classes``)."""
+        p1 = self.predict_proba_draws(X).mean(0)
+        return np.stack([1.0 - p1, p1], axis=1)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) the class of highest posterior mean probability (``classes[1]`` on ties > 0.5)."""
+        labels = self.classes if self.classes is not None else np.arange(2)
+        return np.asarray(labels)[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes[1] | x)``."""
+        if predictive:
+            raise ValueError("predictive intervals are for a real response; a class label has none "
+                             "(use predict_proba).")
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
+        lo, hi = np.quantile(self.predict_proba_draws(X), [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return lo, hi
+
+    def summary(self) -> dict:
+        return dict(
+            num_chains=self.num_chains, num_draws=self.num_draws, offset=float(self.y_offset),
+            train_accuracy=float(np.mean(self.stats["train_accuracy"])),
+            mean_leaves=float(np.mean(self.stats["n_leaves"])), mean_depth=float(np.mean(self.stats["depth"])),
+            at_max_depth=float(np.mean(self.stats["at_max_depth"])),
+            acceptance_rate=float(np.mean(self.stats["accepted"])),
+        )
+
+    def pointwise_log_likelihood(self) -> np.ndarray:
+        """(C, S, n) ``log p(y_i | draw) = log Phi(+-f(x_i))`` (``+`` for ``classes[1]``)."""
+        from scipy.special import log_ndtr as np_log_ndtr
+
+        sign = 2.0 * np.asarray(self.y_train, np.float64) - 1.0
+        return np_log_ndtr(sign * self.train_draws())
+
+    def _arviz_groups(self) -> tuple[dict, dict]:
+        latent = ("fit_mean", "fit_sd")
+        return ({k: self.stats[k] for k in latent}, {k: v for k, v in self.stats.items() if k not in latent})
 
 
 # ----------------------------------------------------------------------------------------------
-# scikit-learn estimator
+# scikit-learn estimators
 
 
-class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
+class _BARTEstimator(_FeatureChecks, BaseEstimator):
+    """What the BART estimators share: parameter checks, the run and the variable importances."""
+
+    def _extra_reals(self) -> tuple:
+        """``(attribute, ok, what)`` checks of the subclass's real parameters."""
+        return ()
+
+    def _check_params(self) -> None:
+        name = type(self).__name__
+        ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
+                ("num_particles", 1))
+        for attr, low in ints:
+            v = getattr(self, attr)
+            if not _is_int(v) or v < low:
+                raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
+        if not _is_int(self.seed):
+            raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
+        if self.tree_sampler not in TREE_SAMPLERS:
+            raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
+        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
+            raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
+
+        def real(attr, ok, what):
+            v = getattr(self, attr)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
+                    or not ok(float(v)):
+                raise ValueError(f"{name}: {attr} must be {what}; got {v!r}.")
+
+        real("alpha", lambda v: 0 < v < 1, "in (0, 1)")
+        real("beta", lambda v: v >= 0, ">= 0")
+        real("k", lambda v: v > 0, "> 0")
+        for check in self._extra_reals():
+            real(*check)
+
+    def _run(self, data: BARTData, model: dict, names, outcome: str, fingerprint: tuple, posterior_cls, y_train,
+             **extra):
+        from .sampling import chain_devices, run_chains
+
+        grid = model["grid"]
+        n_features = grid.n_features
+        dtypes = cgm.CGMConfig.from_prior(model["prior"], n_features=n_features,
+                                          n_cuts=int(grid.n_cuts.max())).trace_dtypes
+        devices = chain_devices(int(self.num_chains))
+        config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
+                            num_particles=int(self.num_particles), trace_dtypes=dtypes,
+                            incremental=devices[0].platform == "cpu", outcome=outcome)
+        num_warmup, num_samples = int(self.num_warmup), int(self.num_samples)
+        t0 = time.perf_counter()
+        traces, _ = run_chains(
+            bart(config), data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            num_iterations=num_warmup + num_samples, block_size=min(100, num_warmup + num_samples),
+            progress=self.progress, checkpoint=self.checkpoint,
+            fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0],
+        )
+        seconds = time.perf_counter() - t0
+        scalars = [k for k in traces if k not in ("tree", "leaf_values")]
+        self.posterior_ = posterior_cls(
+            trees=Tree(*(a[:, num_warmup:] for a in traces["tree"])),
+            leaf_values=traces["leaf_values"][:, num_warmup:],
+            stats={k: traces[k][:, num_warmup:] for k in scalars},
+            warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},
+            grid=grid, y_offset=model["y_offset"], y_scale=model["y_scale"], config=config,
+            model={k: v for k, v in model.items() if k not in ("grid", "train_bins")},
+            info=dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
+                      seconds_per_sweep=seconds / (num_warmup + num_samples)),
+            train_bins=model["train_bins"], y_train=np.asarray(y_train),
+            feature_names=list(names) if names is not None else [f"x{i}" for i in range(n_features)],
+            **extra,
+        )
+        self._record_features(n_features, names)
+        return self
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """(F,) posterior mean variable-inclusion proportions (fraction of split rules on each
+        feature; :meth:`BARTPosterior.variable_inclusion`).  Per feature name and with spread:
+        ``posterior_.variable_inclusion_summary()``."""
+        check_is_fitted(self, "posterior_")
+        return self.posterior_.variable_inclusion(mean=True)
+
+
+class BARTRegressor(RegressorMixin, _BARTEstimator):
     """Bayesian additive regression trees (Chipman, George & McCulloch 2010).
 
     ``y = sum of n_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
@@ -542,6 +894,7 @@ class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
     Attributes
     ----------
     posterior_ : BARTPosterior
+    feature_importances_ : (F,) posterior mean variable-inclusion proportions.
     n_features_in_ : int
     feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
     """
@@ -583,37 +936,11 @@ class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
         self.checkpoint = checkpoint
         self.progress = progress
 
-    def _check_params(self) -> None:
-        name = type(self).__name__
-        ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
-                ("num_particles", 1))
-        for attr, low in ints:
-            v = getattr(self, attr)
-            if not _is_int(v) or v < low:
-                raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
-        if not _is_int(self.seed):
-            raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
-        if self.tree_sampler not in TREE_SAMPLERS:
-            raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
-        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
-            raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
-
-        def real(attr, ok, what):
-            v = getattr(self, attr)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
-                    or not ok(float(v)):
-                raise ValueError(f"{name}: {attr} must be {what}; got {v!r}.")
-
-        real("alpha", lambda v: 0 < v < 1, "in (0, 1)")
-        real("beta", lambda v: v >= 0, ">= 0")
-        real("k", lambda v: v > 0, "> 0")
-        real("nu", lambda v: v > 0, "> 0")
-        real("q", lambda v: 0 < v < 1, "in (0, 1)")
+    def _extra_reals(self) -> tuple:
+        return (("nu", lambda v: v > 0, "> 0"), ("q", lambda v: 0 < v < 1, "in (0, 1)"))
 
     def fit(self, X, y):
         """Sample the posterior given training data; returns self."""
-        from .sampling import chain_devices, run_chains
-
         name = type(self).__name__
         self._check_params()
         Xv, names = check_X(X, estimator=name, min_rows=2)
@@ -623,35 +950,8 @@ class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
         data, model = build_model(Xv, yv, n_trees=int(self.n_trees), max_depth=int(self.max_depth),
                                   alpha=float(self.alpha), beta=float(self.beta), k=float(self.k), nu=float(self.nu),
                                   q=float(self.q), split_prior=self.split_prior)
-        grid = model["grid"]
-        dtypes = cgm.CGMConfig.from_prior(model["prior"], n_features=Xv.shape[1],
-                                          n_cuts=int(grid.n_cuts.max())).trace_dtypes
-        devices = chain_devices(int(self.num_chains))
-        config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
-                            num_particles=int(self.num_particles), trace_dtypes=dtypes,
-                            incremental=devices[0].platform == "cpu")
-        num_warmup, num_samples = int(self.num_warmup), int(self.num_samples)
-        t0 = time.perf_counter()
-        traces, _ = run_chains(
-            bart(config), data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
-            num_iterations=num_warmup + num_samples, block_size=min(100, num_warmup + num_samples),
-            progress=self.progress, checkpoint=self.checkpoint,
-            fingerprint=("bart", config, model["prior"], self.k, self.nu, self.q), description="bart",
-        )
-        seconds = time.perf_counter() - t0
-        scalars = [k for k in traces if k not in ("tree", "leaf_values")]
-        self.posterior_ = BARTPosterior(
-            trees=Tree(*(a[:, num_warmup:] for a in traces["tree"])),
-            leaf_values=traces["leaf_values"][:, num_warmup:],
-            stats={k: traces[k][:, num_warmup:] for k in scalars},
-            warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},
-            grid=grid, y_offset=model["y_offset"], y_scale=model["y_scale"], config=config,
-            model={k: v for k, v in model.items() if k not in ("grid", "train_bins")},
-            info=dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
-                      seconds_per_sweep=seconds / (num_warmup + num_samples)),
-        )
-        self._record_features(Xv.shape[1], names)
-        return self
+        return self._run(data, model, names, "continuous", ("bart", model["prior"], self.k, self.nu, self.q),
+                         BARTPosterior, yv)
 
     def predict(self, X) -> np.ndarray:
         """(n,) posterior mean of the regression function."""
@@ -663,3 +963,112 @@ class BARTRegressor(_FeatureChecks, RegressorMixin, BaseEstimator):
         ``predictive=True`` a prediction interval for a new response (noise included)."""
         X = self._check_predict_X(X)
         return self.posterior_.predict_interval(X, prob=prob, predictive=predictive, seed=int(self.seed))
+
+
+class BARTClassifier(ClassifierMixin, _BARTEstimator):
+    """Binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's ``outcome_type="binary"``).
+
+    ``P(y = classes_[1] | x) = Phi(offset + sum of n_trees trees)``, sampled with Albert–Chib
+    latents: every sweep draws ``z_i ~ N(f(x_i), 1)`` truncated to the side of 0 given by ``y_i``,
+    then backfits the trees on ``z - offset`` as :class:`BARTRegressor` does with ``sigma = 1``
+    (:mod:`bdtree_jax.bart`).
+
+    Parameters
+    ----------
+    n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
+    num_particles, split_prior, checkpoint, progress
+        As :class:`BARTRegressor`.
+    k : float, default 2.0
+        Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
+        binary default: the sum of trees has prior sd ``3 / k``).
+    offset : float or None, default None
+        Latent mean at which the trees start; None: ``Phi^-1(mean(y == classes_[1]))`` (bartz's
+        and BayesTree's default), so the prior of ``P(y = 1 | x)`` is centred at the base rate.
+
+    Attributes
+    ----------
+    classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
+    posterior_ : BARTClassifierPosterior
+    feature_importances_ : (F,) posterior mean variable-inclusion proportions.
+    n_features_in_ : int
+    feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        n_trees: int = 200,
+        tree_sampler: str = "grow-prune",
+        *,
+        num_warmup: int = 250,
+        num_samples: int = 500,
+        num_chains: int = 2,
+        seed: int = 0,
+        max_depth: int = 6,
+        alpha: float = 0.95,
+        beta: float = 2.0,
+        k: float = 2.0,
+        offset: float | None = None,
+        num_particles: int = 10,
+        split_prior: str = "uniform",
+        checkpoint: str | None = None,
+        progress: bool | None = None,
+    ):
+        self.n_trees = n_trees
+        self.tree_sampler = tree_sampler
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.num_chains = num_chains
+        self.seed = seed
+        self.max_depth = max_depth
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+        self.offset = offset
+        self.num_particles = num_particles
+        self.split_prior = split_prior
+        self.checkpoint = checkpoint
+        self.progress = progress
+
+    def _extra_reals(self) -> tuple:
+        return () if self.offset is None else (("offset", lambda v: True, "None or a finite number"),)
+
+    def fit(self, X, y):
+        """Sample the posterior given training data (two classes); returns self."""
+        name = type(self).__name__
+        self._check_params()
+        Xv, names = check_X(X, estimator=name, min_rows=2)
+        try:
+            classes, codes = check_classification_y(y, Xv.shape[0], estimator=name)
+        except ValueError as exc:
+            if "Unknown label type" in str(exc):
+                from sklearn.utils.multiclass import type_of_target
+
+                raise ValueError(f"{name}: y must hold two class labels (binary probit classification); got a "
+                                 f"target of type {type_of_target(y)!r}. For a real response use BARTRegressor.") \
+                    from None
+            raise
+        if len(classes) != 2:
+            raise ValueError(f"{name}: binary classification only (probit BART); y has {len(classes)} classes "
+                             f"{list(classes)}.")
+        data, model = build_probit_model(Xv, codes, n_trees=int(self.n_trees), max_depth=int(self.max_depth),
+                                         alpha=float(self.alpha), beta=float(self.beta), k=float(self.k),
+                                         offset=None if self.offset is None else float(self.offset),
+                                         split_prior=self.split_prior)
+        self.classes_ = classes
+        return self._run(data, model, names, "binary", ("bart-probit", model["prior"], self.k, model["offset"]),
+                         BARTClassifierPosterior, codes, classes=classes)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) posterior mean class probabilities, columns in the order of ``classes_``."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_proba(X)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) the class of highest posterior mean probability."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict(X)
+
+    def predict_interval(self, X, prob: float = 0.9):
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_interval(X, prob=prob)
