@@ -9,7 +9,9 @@ A config is a flat YAML mapping (unknown keys are an error)::
     task: classification      # optional; inferred from the dataset
     method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc, pg or wu
     max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, split_prior
-    alpha: 0.95               #        (uniform | range), concentration, nu, lam, a, mu_bar,
+    alpha: 0.95               #        (uniform | range), structure (cgm | pinball),
+                              #        pinball_rate, pinball_balance, pinball_max_leaves,
+                              #        concentration, nu, lam, a, mu_bar,
     beta: 1.0                 #        move_probs; RJHMC (hmc-*): h_init, h_final, schedule,
                               #        leg_steps, warmup_move_probs; PCFG: log_phi, n_buckets;
                               #        SMC / PG: proposal, num_particles; SMC: ess_threshold,
@@ -45,7 +47,8 @@ import numpy as np
 __all__ = ["main", "load_config", "run_config"]
 
 _MODEL_KEYS = {
-    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "concentration", "nu", "lam", "a", "mu_bar",
+    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "structure", "pinball_rate", "pinball_balance",
+    "pinball_max_leaves", "concentration", "nu", "lam", "a", "mu_bar",
     "move_probs",
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
     "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",

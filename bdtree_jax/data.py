@@ -46,9 +46,16 @@ class TreeData(NamedTuple):
         Each feature's bins sorted ascending (order statistics for ``min_leaf_size > 1``).
     sorted_index : (F, n) int32
         The row permutation that sorts each feature.
-    split_prob : (N,) float32
+    split_prob : (N,) float32 or PinballTables
         The prior's split probability ``alpha (1 + d)**-beta`` of every heap slot, 0 at
-        ``max_depth`` (numbers, not structure: changing alpha or beta does not recompile).
+        ``max_depth`` (numbers, not structure: changing alpha or beta does not recompile).  With
+        ``structure="pinball"`` the pinball prior's tables instead
+        (:class:`~bdtree_jax.priors.PinballTables`: ``log p_size`` and the shape law's two
+        separable parts, each (L + 1,) with ``L = 2**max_depth``, and the slots above
+        ``max_depth``), whose type
+        selects that prior in :func:`~bdtree_jax.priors.log_tree_prior`; their shapes depend only
+        on ``max_depth``, so other ``pinball_rate``, ``pinball_balance`` or ``pinball_max_leaves``
+        reuse the compiled programs.
     likelihood : DirichletMultinomial or NormalMeanShift (a pytree; see
         :mod:`bdtree_jax.likelihoods`).
     cut_cumwidth : (F, C + 2) float32
@@ -179,7 +186,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     """
     import jax.numpy as jnp
 
-    from .priors import split_probability
+    from .priors import pinball_tables, split_probability
 
     point_stats = likelihood.point_stats(np.asarray(y))
 
@@ -196,12 +203,23 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         jnp.asarray(point_stats, jnp.float32),
         jnp.asarray(sorted_bins),
         jnp.asarray(order),
-        jnp.asarray(split_probability(prior)),
+        _split_prob(prior, split_probability, pinball_tables),
         likelihood.prepare(bins.shape[0]),
         jnp.asarray(cumwidth),
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
         _bin_onehot(bins) if prior.min_leaf_size > 1 else None,
     )
+
+
+def _split_prob(prior, split_probability, pinball_tables):
+    """The prior's numbers for :attr:`TreeData.split_prob` (CGM98 split probabilities or the
+    pinball tables), as device arrays."""
+    import jax
+    import jax.numpy as jnp
+
+    if getattr(prior, "structure", "cgm") == "pinball":
+        return jax.tree.map(jnp.asarray, pinball_tables(prior))
+    return jnp.asarray(split_probability(prior))
 
 
 def _bin_onehot(bins: np.ndarray):

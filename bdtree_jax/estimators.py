@@ -95,6 +95,17 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         How the tree prior picks a rule's cut among the chosen feature's valid cuts ("cgm",
         "smc", "pg"): uniformly (CGM98), or proportionally to the width of the cut's gap between
         consecutive distinct training values ("range", Lakshminarayanan et al. 2013).
+    structure : {"cgm", "pinball"}, default "cgm"
+        The tree-structure prior: CGM98's split probability ``alpha (1 + depth)**-beta``, or the
+        pinball prior (Wu, Tjelmeland & West 2007; the spec's [derived] parametrisation, see
+        :mod:`bdtree_jax.priors`): an explicit law of the number of leaves and a separate balance
+        law of each split (``alpha`` and ``beta`` are then not used).  "pinball" needs method
+        "cgm" with proposal None, "cgm" or "cgm+perturb", or method "wu".
+    pinball_rate, pinball_balance, pinball_max_leaves : float, float, int or None, default 3.0, 1.0, None
+        "pinball": leaves ``K - 1 ~ Poisson(pinball_rate)`` truncated at ``pinball_max_leaves``
+        (None: ``2**max_depth``, the most the depth allows); at a node holding ``k`` leaves the
+        left child's ``k_L - 1 ~ BetaBinomial(k - 2, pinball_balance, pinball_balance)`` (large:
+        balanced splits; < 1: unbalanced; 1: uniform).
     concentration : float, default 1.0
         Symmetric Dirichlet concentration of the leaf class probabilities.
     move_probs : tuple or None
@@ -181,6 +192,10 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         beta: float = 1.0,
         min_leaf_size: int = 1,
         split_prior: str = "uniform",
+        structure: str = "cgm",
+        pinball_rate: float = 3.0,
+        pinball_balance: float = 1.0,
+        pinball_max_leaves: int | None = None,
         concentration: float = 1.0,
         move_probs: tuple | None = None,
         num_warmup: int = 1000,
@@ -216,6 +231,10 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.beta = beta
         self.min_leaf_size = min_leaf_size
         self.split_prior = split_prior
+        self.structure = structure
+        self.pinball_rate = pinball_rate
+        self.pinball_balance = pinball_balance
+        self.pinball_max_leaves = pinball_max_leaves
         self.concentration = concentration
         self.move_probs = move_probs
         self.num_warmup = num_warmup
@@ -294,6 +313,10 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         beta: float = 1.0,
         min_leaf_size: int = 1,
         split_prior: str = "uniform",
+        structure: str = "cgm",
+        pinball_rate: float = 3.0,
+        pinball_balance: float = 1.0,
+        pinball_max_leaves: int | None = None,
         nu: float | None = None,
         lam: float | None = None,
         a: float | None = None,
@@ -332,6 +355,10 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.beta = beta
         self.min_leaf_size = min_leaf_size
         self.split_prior = split_prior
+        self.structure = structure
+        self.pinball_rate = pinball_rate
+        self.pinball_balance = pinball_balance
+        self.pinball_max_leaves = pinball_max_leaves
         self.nu = nu
         self.lam = lam
         self.a = a

@@ -21,7 +21,7 @@ from .tree import Tree, _fmt, distinct_trees, to_string
 __all__ = [
     "enumerate_trees", "enumerate_posterior", "tree_frequencies", "tv_distance", "topology_string", "soft_topology_posterior",
     "dm_log_lik", "gaussian_leaf_log_lik", "enumerate_pcfg_trees", "enumerate_pcfg_posterior",
-    "enumerate_edit_prior", "enumerate_edit_posterior",
+    "enumerate_edit_prior", "enumerate_edit_posterior", "enumerate_pinball_trees",
 ]
 
 
@@ -103,7 +103,12 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
     Returns
     -------
     list of ``(to_string(tree), log p(T), log p(Y | X, T))``.
+
+    With ``prior.structure == "pinball"`` the trees are those of the pinball prior
+    (:func:`enumerate_pinball_trees`) and ``log p(T)`` is its *unnormalised* weight.
     """
+    if getattr(prior, "structure", "cgm") == "pinball":
+        return enumerate_pinball_trees(X, point_stats, prior, likelihood, boxes=boxes)
     grid = make_split_grid(X)
     bins = grid.bin(X)
     point_stats = np.asarray(point_stats, float)
@@ -141,10 +146,85 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
     return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in trees(np.arange(bins.shape[0]), 0)]
 
 
+def _pinball_log_size(rate: float, max_leaves: int) -> dict[int, float]:
+    """``{K: log p_size(K)}``: ``K - 1 ~ Poisson(rate)`` renormalised over ``1..max_leaves``
+    (scipy's pmf; independent of :func:`bdtree_jax.priors.pinball_log_size`)."""
+    from scipy.stats import poisson
+
+    p = {K: float(poisson.pmf(K - 1, rate)) for K in range(1, max_leaves + 1)}
+    total = sum(p.values())
+    return {K: math.log(v / total) for K, v in p.items()}
+
+
+def _pinball_log_shape(balance: float, k: int, k_left: int) -> float:
+    """``log p_shape(k_L | k)``: ``k_L - 1 ~ BetaBinomial(k - 2, balance, balance)`` (scipy)."""
+    from scipy.stats import betabinom
+
+    return float(betabinom.logpmf(k_left - 1, k - 2, balance, balance))
+
+
+def enumerate_pinball_trees(X, point_stats, prior: TreePrior, likelihood, *,
+                            boxes=None) -> list[tuple[str, float, float]]:
+    """Every tree of positive pinball-prior mass as ``(string, log weight, log_lik)``.
+
+    The pinball prior (:mod:`bdtree_jax.priors`; spec §3 [derived]):
+    ``π(T) ∝ p_size(K) · Π_internal p_shape(k_L | k) · Π_internal p_rule``, ``K - 1 ~
+    Poisson(prior.pinball_rate)`` truncated to ``K <= prior.max_leaves``, ``k_L - 1 ~
+    BetaBinomial(k - 2, γ, γ)`` with ``γ = prior.pinball_balance``, ``p_rule`` the CGM98 rule
+    prior (uniform valid feature, cut by ``split_prior``).  Trees deeper than ``max_depth``, with
+    more than ``K_max`` leaves, with a rule outside its node's valid cuts, or cutting a box are
+    left out (prior 0).  The weight is **not** normalised: over the returned trees it sums to
+    ``sum_K p_size(K) Z_K`` with ``Z_K`` the probability that the generative process with ``K``
+    leaves gives a valid tree (1 when no dead end is reachable); renormalise over the returned
+    trees (:func:`enumerate_posterior` does).  Plain recursion over row sets, independent of the
+    JAX prior (:func:`bdtree_jax.priors.log_tree_prior`) and of its tables.
+    """
+    grid = make_split_grid(X)
+    bins = grid.bin(X)
+    point_stats = np.asarray(point_stats, float)
+    m = prior.min_leaf_size
+    gaps = _gaps(X)
+    box_list = _box_arrays(boxes, bins.shape[1])
+    k_max = prior.max_leaves
+    log_size = _pinball_log_size(float(prior.pinball_rate), k_max)
+    gamma = float(prior.pinball_balance)
+
+    def trees(rows: np.ndarray, depth: int, held):
+        """``(string, log weight, [leaf terms], leaves)`` of the subtrees on ``rows`` with at most
+        ``k_max`` leaves; the weight is the product of the rule and shape factors inside."""
+        out = [("L", 0.0, [_leaf_terms(likelihood, point_stats[rows].sum(0))], 1)]
+        if depth >= prior.max_depth:
+            return out
+        options = {f: _valid_cuts(bins[rows, f], m) for f in range(bins.shape[1])}
+        options = {f: c for f, c in options.items() if c}
+        for f, cuts in options.items():
+            for c, lp_cut in zip(cuts, _cut_log_probs(gaps[f], cuts, prior.split_prior)):
+                t = grid.thresholds[f, c]
+                if any(box_list[k][0][f] < t < box_list[k][1][f] for k in held):
+                    continue
+                held_left = tuple(k for k in held if box_list[k][1][f] <= t)
+                held_right = tuple(k for k in held if box_list[k][0][f] >= t)
+                lp_rule = -math.log(len(options)) + lp_cut
+                left = trees(rows[bins[rows, f] <= c], depth + 1, held_left)
+                right = trees(rows[bins[rows, f] > c], depth + 1, held_right)
+                for ls, lw, ll, lk in left:
+                    for rs, rw, rl, rk in right:
+                        if lk + rk > k_max:
+                            continue
+                        shape = _pinball_log_shape(gamma, lk + rk, lk)
+                        text = f"x{f}<={_fmt(grid.thresholds[f, c])}({ls},{rs})"
+                        out.append((text, lp_rule + shape + lw + rw, ll + rl, lk + rk))
+        return out
+
+    root = trees(np.arange(bins.shape[0]), 0, tuple(range(len(box_list))))
+    return [(s, log_size[k] + w, _total_log_lik(likelihood, leaves)) for s, w, leaves, k in root]
+
+
 def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0, boxes=None) -> dict[str, float]:
     """Exact posterior ``p(T | X, Y) ∝ p(T) p(Y | X, T)**beta`` over every tree (see
-    :func:`enumerate_trees`); ``beta`` is an inverse temperature (1 = the posterior); ``boxes``
-    conditions the prior on the box constraints.
+    :func:`enumerate_trees`; the CGM98 or the pinball prior by ``prior.structure``); ``beta`` is an
+    inverse temperature (1 = the posterior, 0 = the normalised prior); ``boxes`` conditions the
+    prior on the box constraints.
 
     Returns
     -------

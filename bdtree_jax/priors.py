@@ -26,11 +26,43 @@ feature; ``arange`` for "uniform", so its draws and log-probabilities are those 
 uniform rule bit for bit): ``p(c) = (cum[f, c+1] - cum[f, c]) / (cum[f, hi] - cum[f, lo])``.
 The "range" table is float32 and normalised per feature, so its probabilities are exact up to
 float32 rounding relative to the feature's range.
+
+**Pinball prior** (``structure="pinball"``; Wu, Tjelmeland & West 2007's mechanism, with the
+*[derived]* parametrisation of ``wu-restructure_spec.md`` §3, not a transcription of the paper).
+The tree's number of leaves ``K`` has its own law and the shape its own::
+
+    K - 1 ~ Poisson(pinball_rate)  truncated to 1 <= K <= K_max       (p_size)
+    k_L - 1 | k ~ BetaBinomial(k - 2, pinball_balance, pinball_balance)  (p_shape, k >= 2)
+
+A node holding ``k >= 2`` leaf counts splits them into ``k_L`` left and ``k - k_L`` right; a node
+holding 1 is a leaf.  ``pinball_balance`` (``γ``) large favours balanced splits, ``γ < 1``
+unbalanced (``γ = 1``: ``k_L`` uniform on ``1..k-1``).  Rules are the same rule prior as above
+(uniform valid feature, then a cut by ``split_prior``)::
+
+    π(T) ∝ p_size(K) · Π_internal p_shape(k_L(η) | k(η)) · Π_internal p_rule(η)
+
+No factor for leaves (their number is fixed by ``K``).  ``K_max`` (``pinball_max_leaves``)
+defaults to the padded heap's leaf capacity ``2**max_depth`` and cannot exceed it.  The prior
+is **truncated**: a tree deeper than ``max_depth``, with a rule that is not a valid cut of its
+node's rows, or cutting a box has prior 0, and the rest is renormalised (a global constant, so
+exact for every MH ratio; :func:`log_tree_prior` omits it).  Because of that truncation the size
+law of the normalised prior is ``p_size(K) Z_K / sum_K' p_size(K') Z_K'`` with ``Z_K`` the
+probability that the generative process with ``K`` leaves yields a valid tree on the data (1 when
+every node it can reach holding >= 2 counts has a valid cut within the depth, e.g. small ``K``);
+the same holds for the balance law.  The numeric tables (:class:`PinballTables`) travel in
+:attr:`TreeData.split_prob <bdtree_jax.data.TreeData>` in place of the CGM98 split
+probabilities, so changing ``pinball_rate``, ``pinball_balance`` or ``pinball_max_leaves``
+reuses compiled programs.  Samplers: CGM (``method="cgm"``, also with ``proposal="cgm+perturb"``),
+whose MH ratios use the full ``log p(T*) - log p(T)``, and WU (``method="wu"``: its restructure's
+``Φ`` and fibre DP with the shape factors, :mod:`bdtree_jax.kernels.wu`); the samplers that draw
+subtrees or rules from the CGM98 generative process (regrow, the edit prior, SMC, PG, BART) raise
+a ``ValueError`` naming ``structure``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +75,13 @@ from .tree import Tree, active_nodes, leaf_index, leaf_nodes, max_depth_of, node
 __all__ = [
     "TreePrior", "mask_bounds", "level_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
     "violates_boxes", "regrow_subtree", "log_rule_prob", "log_cut_probs", "draw_cut", "SPLIT_PRIORS",
+    "STRUCTURES", "PinballTables", "pinball_tables", "pinball_log_size", "pinball_log_shape",
+    "pinball_log_shape_parts", "pinball_shape",
+    "check_cgm_structure",
 ]
+
+#: Tree-structure priors: CGM98's depth-dependent split probabilities, or the pinball prior.
+STRUCTURES = ("cgm", "pinball")
 
 _BIG = np.int32(2**30)
 
@@ -55,6 +93,12 @@ class TreePrior:
     ``split_prior``: how a rule's cut is chosen among a feature's valid cuts, ``"uniform"``
     (CGM98) or ``"range"`` (proportional to the gap width in the feature's units; see the
     module docstring).
+
+    ``structure``: ``"cgm"`` (the default: a node at depth ``d`` splits with probability
+    ``alpha (1 + d)**-beta``) or ``"pinball"`` (module docstring: ``K - 1 ~ Poisson(pinball_rate)``
+    truncated at ``pinball_max_leaves``, each split's left leaf count ``k_L - 1 ~
+    BetaBinomial(k - 2, pinball_balance, pinball_balance)``; ``alpha`` and ``beta`` are then not
+    used).  ``pinball_max_leaves`` (``K_max``): None for the heap's capacity ``2**max_depth``.
     """
 
     max_depth: int = 6
@@ -62,6 +106,10 @@ class TreePrior:
     beta: float = 1.0
     min_leaf_size: int = 1
     split_prior: str = "uniform"
+    structure: str = "cgm"
+    pinball_rate: float = 3.0
+    pinball_balance: float = 1.0
+    pinball_max_leaves: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
@@ -74,6 +122,132 @@ class TreePrior:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
         if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
             raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
+        if not isinstance(self.structure, str) or self.structure not in STRUCTURES:
+            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
+        for name in ("pinball_rate", "pinball_balance"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
+                    np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0; got {v!r}.")
+        k = self.pinball_max_leaves
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+                raise ValueError(f"pinball_max_leaves must be None or an integer >= 1; got {k!r}.")
+            if k > 2**self.max_depth:
+                raise ValueError(
+                    f"pinball_max_leaves={k} does not fit the padded tree: max_depth={self.max_depth} holds at most "
+                    f"2**max_depth = {2**self.max_depth} leaves; raise max_depth or lower pinball_max_leaves.")
+
+    @property
+    def max_leaves(self) -> int:
+        """The pinball prior's ``K_max``: ``pinball_max_leaves``, or ``2**max_depth`` if None."""
+        return 2**self.max_depth if self.pinball_max_leaves is None else int(self.pinball_max_leaves)
+
+
+class PinballTables(NamedTuple):
+    """The pinball prior's numbers (a pytree; it stands in :attr:`TreeData.split_prob
+    <bdtree_jax.data.TreeData>` for the CGM98 split probabilities, so the kernels' prior switches
+    on its type at trace time and a change of hyperparameters reuses the compiled program).
+
+    Attributes
+    ----------
+    may_split : (N,) float32 1 for heap slots above ``max_depth``, 0 at ``max_depth`` (the
+        "positive split probability" test of :func:`splittable`).
+    log_size : (L + 1,) float32 ``log p_size(K)``, ``L = 2**max_depth``; ``-inf`` for ``K = 0``
+        and ``K > K_max``.
+    shape_total, shape_part : (L + 1,) float32 the BetaBinomial shape law in separable form,
+        ``log p_shape(k_L | k) = shape_total[k] + shape_part[k_L] + shape_part[k - k_L]``
+        (:func:`pinball_log_shape_parts`; ``-inf`` outside ``k >= 2``, ``1 <= k_L <= k - 1``):
+        memory ``O(L)`` rather than an ``(L + 1)^2`` table, and every term is ``O(log L)`` (no
+        cancellation in float32).  :func:`pinball_shape` reads it.
+    """
+
+    may_split: Array
+    log_size: Array
+    shape_total: Array
+    shape_part: Array
+
+
+def pinball_log_size(rate: float, max_leaves: int, capacity: int) -> np.ndarray:
+    """(capacity + 1,) float64 ``log p_size(K)``: ``K - 1 ~ Poisson(rate)`` renormalised over
+    ``1 <= K <= max_leaves``; ``-inf`` elsewhere."""
+    from scipy.special import gammaln, logsumexp
+
+    j = np.arange(max_leaves, dtype=np.float64)  # K - 1
+    log_p = -rate + j * np.log(rate) - gammaln(j + 1)
+    out = np.full(capacity + 1, -np.inf)
+    out[1 : max_leaves + 1] = log_p - logsumexp(log_p)
+    return out
+
+
+def pinball_log_shape_parts(balance: float, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """(capacity + 1,) float64 ``total, part`` with ``log p_shape(k_L | k) = total[k] + part[k_L] +
+    part[k - k_L]``.  With ``n = k - 2``, ``j = k_L - 1``, ``γ = balance``::
+
+        log BetaBinomial(j; n, γ, γ) = [lgamma(n + 1) - lgamma(n + 2γ) - log B(γ, γ)]
+                                       + [lgamma(j + γ) - lgamma(j + 1)] + [lgamma(n - j + γ) - lgamma(n - j + 1)]
+
+    ``total[k]`` is the first bracket (``-inf`` for ``k < 2``), ``part[k_L]`` the second with
+    ``j = k_L - 1`` (``-inf`` for ``k_L = 0``)."""
+    from scipy.special import betaln, gammaln
+
+    g = float(balance)
+    k = np.arange(capacity + 1, dtype=np.float64)
+    n = k - 2
+    total = np.where(k >= 2, gammaln(np.maximum(n, 0) + 1) - gammaln(np.maximum(n, 0) + 2 * g) - betaln(g, g), -np.inf)
+    j = k - 1
+    part = np.where(k >= 1, gammaln(np.maximum(j, 0) + g) - gammaln(np.maximum(j, 0) + 1), -np.inf)
+    return total, part
+
+
+def pinball_shape(tables: "PinballTables", k: Array, k_left: Array) -> Array:
+    """``log p_shape(k_left | k)`` from :class:`PinballTables` (any broadcasting shapes; indices
+    clipped into the tables; ``-inf`` unless ``k >= 2`` and ``1 <= k_left <= k - 1``)."""
+    size = tables.shape_part.shape[-1]
+    k = jnp.asarray(k)
+    k_left = jnp.asarray(k_left)
+    return (tables.shape_total[jnp.clip(k, 0, size - 1)] + tables.shape_part[jnp.clip(k_left, 0, size - 1)]
+            + tables.shape_part[jnp.clip(k - k_left, 0, size - 1)])
+
+
+def pinball_log_shape(balance: float, capacity: int) -> np.ndarray:
+    """(capacity + 1, capacity + 1) float64 ``log p_shape(k_L | k)``: ``k_L - 1 ~
+    BetaBinomial(k - 2, balance, balance)`` for ``k >= 2``, ``1 <= k_L <= k - 1``; ``-inf`` elsewhere."""
+    from scipy.special import betaln, gammaln
+
+    out = np.full((capacity + 1, capacity + 1), -np.inf)
+    g = float(balance)
+    for k in range(2, capacity + 1):
+        n = k - 2
+        j = np.arange(n + 1, dtype=np.float64)
+        out[k, 1:k] = (gammaln(n + 1) - gammaln(j + 1) - gammaln(n - j + 1) + betaln(j + g, n - j + g) - betaln(g, g))
+    return out
+
+
+def pinball_tables(prior: TreePrior) -> PinballTables:
+    """The :class:`PinballTables` of a ``structure="pinball"`` prior (numpy, float32)."""
+    capacity = 2**prior.max_depth
+    d = node_depths(prior.max_depth)
+    return PinballTables(
+        (d < prior.max_depth).astype(np.float32),
+        pinball_log_size(float(prior.pinball_rate), prior.max_leaves, capacity).astype(np.float32),
+        *(a.astype(np.float32) for a in pinball_log_shape_parts(float(prior.pinball_balance), capacity)),
+    )
+
+
+def check_cgm_structure(split_prob, who: str) -> None:
+    """Raise a ``ValueError`` naming ``structure`` when a sampler that draws trees from the CGM98
+    generative process (``who``) is given the pinball prior's tables."""
+    if isinstance(split_prob, PinballTables):
+        raise ValueError(
+            f"{who} draws subtrees or rules from the CGM98 prior's generative process and does not support "
+            "structure='pinball'; use method='cgm' with proposal 'cgm' or 'cgm+perturb', method='wu', or "
+            "structure='cgm'.")
+
+
+def _split_mask(split_prob):
+    """The (N,) split probabilities of the CGM98 prior, or the pinball prior's ``may_split``."""
+    return split_prob.may_split if isinstance(split_prob, PinballTables) else split_prob
 
 
 def split_probability(prior: TreePrior) -> np.ndarray:
@@ -261,26 +435,35 @@ def draw_cut(cumwidth: Array, feature: Array, lo: Array, hi: Array, u: Array) ->
 
 
 def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
-    """(N,) bool: the node has a valid cut and a positive split probability (above max_depth)."""
-    return jnp.any(hi > lo, axis=-1) & (split_prob > 0)
+    """(N,) bool: the node has a valid cut and a positive split probability (above max_depth).
+    ``split_prob``: (N,) CGM98 split probabilities, or :class:`PinballTables` (slots above
+    ``max_depth``)."""
+    return jnp.any(hi > lo, axis=-1) & (_split_mask(split_prob) > 0)
 
 
-def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, cumwidth: Array,
+def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array | PinballTables, cumwidth: Array,
                    box_side: Array | None = None) -> Array:
-    """log p(T) under the truncated CGM98 prior; ``-inf`` if a rule is invalid for its node or
-    (with ``box_side``) the tree cuts through a constrained box.
+    """log p(T) under the truncated CGM98 prior, or the pinball prior when ``split_prob`` is a
+    :class:`PinballTables`; ``-inf`` if a rule is invalid for its node or (with ``box_side``) the
+    tree cuts through a constrained box.
 
     With box constraints the prior is the CGM98 prior *conditioned* on no box being cut:
     ``p(T | boxes) = p(T) 1[T respects the boxes] / Z``.  The value returned omits ``log Z``
-    (a constant), so it is exact for every MH ratio.
+    (a constant), so it is exact for every MH ratio.  The pinball prior's value likewise omits its
+    truncation constant (module docstring): ``log p_size(K) + sum over internal nodes of
+    log p_shape(k_L | k) + log p_rule``, with ``-inf`` for ``K > K_max``.
 
     Parameters
     ----------
     lo, hi : (N, F) int32 node bounds of this tree (:func:`node_bounds`).
-    split_prob : (N,) :func:`split_probability` of the prior.
+    split_prob : (N,) :func:`split_probability` of the prior, or its :class:`PinballTables`
+        (:attr:`~bdtree_jax.data.TreeData.split_prob` holds the one the prior needs).
     cumwidth : (F, B) cumulative cut weights (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`).
     box_side : (K, F, C) int8 from :func:`box_sides`, or None.
     """
+    pinball = split_prob if isinstance(split_prob, PinballTables) else None
+    if pinball is not None:
+        split_prob = pinball.may_split
     active = active_nodes(tree)
     width = jnp.maximum(hi - lo, 0)
     n_valid = jnp.sum(width > 0, axis=-1)
@@ -297,13 +480,30 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array, cumwidth
     denom = n_valid * (cum[:, 1] - cum[:, 0])
     # one log per node: split  p w_c / (n_valid * total)  (p_rule = 1/n_valid * w_c/total), leaf  1 - p
     invalid = tree.is_split & ~valid_rule
+    # pinball: no leaf factor (K fixes the leaves), the rule prior alone at internal nodes
+    leaf_value = 1.0 if pinball is not None else 1.0 - jnp.where(can, split_prob, 0.0)
     value = jnp.where(tree.is_split, split_prob * (cum[:, 3] - cum[:, 2]) / jnp.where(denom > 0, denom, 1.0),
-                      1.0 - jnp.where(can, split_prob, 0.0))
+                      leaf_value)
     terms = jnp.where(invalid, -jnp.inf, jnp.log(jnp.where(invalid, 1.0, value)))
     log_p = jnp.sum(jnp.where(active, terms, 0.0))
+    if pinball is not None:
+        log_p = log_p + _log_pinball_structure(tree, active, pinball)
     if box_side is not None:
         log_p = jnp.where(violates_boxes(tree, box_side), -jnp.inf, log_p)
     return log_p
+
+
+def _log_pinball_structure(tree: Tree, active: Array, tables: PinballTables) -> Array:
+    """``log p_size(K) + sum_internal log p_shape(k_L | k)`` from the subtree leaf counts (one
+    bottom-up sum over the heap); ``-inf`` for ``K > K_max``."""
+    n_nodes = tree.is_split.shape[-1]
+    size = tables.log_size.shape[-1]  # L + 1
+    counts = _upward((active & ~tree.is_split).astype(jnp.int32), jnp.add)  # (N,) leaves below each node
+    inner = (n_nodes - 1) // 2  # slots that have children in the heap
+    shape = pinball_shape(tables, counts[:inner], counts[1::2][:inner])  # k, k_L = counts[2i + 1]
+    split = tree.is_split[:inner]
+    log_shape = jnp.sum(jnp.where(split, shape, 0.0))
+    return tables.log_size[jnp.clip(counts[0], 0, size - 1)] + log_shape
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,6 +613,7 @@ def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array
     -------
     tree, leaf_id, lo, hi of the new tree.
     """
+    check_cgm_structure(data.split_prob, "prune-and-regrow (regrow_subtree: the regrow proposal, the edit prior)")
     depth = max_depth_of(tree)
     n_nodes = tree.is_split.shape[0]
     depths = jnp.asarray(node_depths(depth))

@@ -279,6 +279,8 @@ CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
 
 
 PROPOSALS = ("cgm", "regrow", "cgm+regrow", "cgm+perturb")
+#: The proposals whose MH ratios use the full prior ratio, hence any ``structure``.
+PINBALL_PROPOSALS = ("cgm", "cgm+perturb")
 
 
 def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, proposal="cgm", betas=(1.0,),
@@ -300,6 +302,14 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
     variant)."""
     from .kernels import cgm as cgm_kernel, edit as edit_kernel, pg as pg_kernel, regrow as regrow_kernel, tempering
 
+    structure = getattr(model["prior"], "structure", "cgm")
+    if structure != "cgm":
+        sampler = ("Particle Gibbs" if num_particles is not None else "the edit prior" if edit is not None
+                   else f"proposal={proposal!r}" if n_local is None and proposal not in PINBALL_PROPOSALS else None)
+        if sampler is not None:
+            raise ValueError(f"structure={structure!r} is supported by method='cgm' with proposal in "
+                             f"{PINBALL_PROPOSALS} and by method='wu'; {sampler} draws from the CGM98 prior's "
+                             "generative process.")
     if num_particles is not None:
         config = pg_kernel.PGConfig(
             model["prior"].max_depth, model["prior"].min_leaf_size, int(num_particles), proposal,
@@ -357,14 +367,20 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
 
 
 def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where,
-                 box_constraints=None, split_prior="uniform"):
+                 box_constraints=None, split_prior="uniform", structure="cgm", pinball_rate=3.0, pinball_balance=1.0,
+                 pinball_max_leaves=None):
     from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
     from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
     from .priors import TreePrior, box_sides
 
     if task not in TASKS:
         raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
-    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size, split_prior=split_prior)
+    try:
+        prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                          split_prior=split_prior, structure=structure, pinball_rate=pinball_rate,
+                          pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves)
+    except ValueError as e:
+        raise ValueError(where + str(e)) from None
     X, names = check_X(X, estimator=where.rstrip(": "))
     if X.shape[0] < 2 * min_leaf_size:
         raise ValueError(
@@ -412,6 +428,10 @@ def sample(
     beta: float = 1.0,
     min_leaf_size: int = 1,
     split_prior: str = "uniform",
+    structure: str = "cgm",
+    pinball_rate: float = 3.0,
+    pinball_balance: float = 1.0,
+    pinball_max_leaves: int | None = None,
     move_probs: tuple | None = None,
     concentration: float = 1.0,
     nu: float | None = None,
@@ -475,6 +495,15 @@ def sample(
         2013: proportional to the width of the cut's gap between consecutive distinct training
         values, i.e. ``tau ~ U(node min, node max)`` snapped to the training values' gaps; see
         :mod:`bdtree_jax.priors`).  "hmc-df", "hmc-dfi" and "pcfg" have their own priors.
+    structure, pinball_rate, pinball_balance, pinball_max_leaves : the tree-structure prior,
+        "cgm" (the default: CGM98's ``alpha (1+d)^-beta``) or "pinball" (Wu, Tjelmeland & West
+        2007's mechanism in the spec's [derived] parametrisation, :mod:`bdtree_jax.priors`: leaves
+        ``K - 1 ~ Poisson(pinball_rate)`` truncated at ``pinball_max_leaves`` (None:
+        ``2**max_depth``), each split's left leaf count ``k_L - 1 ~ BetaBinomial(k - 2,
+        pinball_balance, pinball_balance)``, rules as CGM98's; ``alpha`` and ``beta`` unused).
+        "pinball" needs method "cgm" with proposal "cgm" or "cgm+perturb", or method "wu"
+        (tempering allowed); the other samplers draw from CGM98's generative process and raise a
+        ``ValueError``.
     move_probs : CGM (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10);
         RJHMC (grow, prune, stay) after warm-up, default (0.2, 0.2, 0.6).
     concentration : Dirichlet concentration per class (classification).
@@ -560,6 +589,8 @@ def sample(
 
     if not isinstance(split_prior, str) or split_prior not in SPLIT_PRIORS:
         raise ValueError(f"{where}split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
+    _check_structure(structure, pinball_rate, pinball_balance, pinball_max_leaves, alpha, beta, method, proposal,
+                     initial_tree, where)
     if split_prior != "uniform" and (method in RJHMC_METHODS or method == "pcfg"):
         raise ValueError(
             f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'wu', 'smc', 'pg'); "
@@ -645,7 +676,8 @@ def sample(
     data, model = _build_model(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
-        box_constraints=box_constraints, split_prior=split_prior,
+        box_constraints=box_constraints, split_prior=split_prior, structure=structure, pinball_rate=pinball_rate,
+        pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves,
     )
     edit = None
     if initial_tree is not None:
@@ -665,6 +697,38 @@ def sample(
                 proposal=proposal, betas=betas, box_constraints=box_constraints,
                 edit=None if edit is None else dict(edit, initial_tree=repr(initial_tree)))
     return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)
+
+
+def _check_structure(structure, pinball_rate, pinball_balance, pinball_max_leaves, alpha, beta, method, proposal,
+                     initial_tree, where):
+    """Validate the tree-structure prior's options against the method (before anything is built)."""
+    from .priors import STRUCTURES
+
+    if not isinstance(structure, str) or structure not in STRUCTURES:
+        raise ValueError(f"{where}structure must be one of {STRUCTURES}; got {structure!r}.")
+    if structure == "cgm":
+        for name, v, default in (("pinball_rate", pinball_rate, 3.0), ("pinball_balance", pinball_balance, 1.0),
+                                 ("pinball_max_leaves", pinball_max_leaves, None)):
+            if v is not default and v != default:
+                raise ValueError(f"{where}{name} is an option of structure='pinball'; structure='cgm' does not use it.")
+        return
+    if method not in ("cgm", "wu"):
+        raise ValueError(
+            f"{where}structure={structure!r} is supported by method='cgm' (proposal 'cgm' or 'cgm+perturb') and "
+            f"method='wu'; method={method!r} " + (
+                "has its own prior." if method in RJHMC_METHODS or method == "pcfg" else
+                "draws trees or rules from the CGM98 prior's generative process."))
+    if proposal is not None and proposal not in PINBALL_PROPOSALS:
+        raise ValueError(
+            f"{where}structure={structure!r} needs proposal in {PINBALL_PROPOSALS}; proposal={proposal!r} regrows "
+            "subtrees from the CGM98 prior.")
+    if initial_tree is not None:
+        raise ValueError(f"{where}structure={structure!r} does not apply with initial_tree (the edit prior is a prior "
+                         "of its own).")
+    for name, v, default in (("alpha", alpha, 0.95), ("beta", beta, 1.0)):
+        if v != default:
+            raise ValueError(f"{where}{name} is a parameter of structure='cgm' (the split probability "
+                             "alpha (1 + depth)**-beta); structure='pinball' does not use it.")
 
 
 def _edit_data(X, data, model, initial_tree, mean_edits, max_edits, move_probs, where):

@@ -47,6 +47,13 @@ with ``D`` the prior ratio of ``η``'s descendants.  The code evaluates it as
 ``Δ log p - (log p_rule(v', c') - log p_rule(v, c))`` (:func:`~bdtree_jax.priors.log_rule_prob`).
 If ``v`` is the only feature with a valid cut at ``η`` the move stays (a null move).
 
+**Pinball prior** (``structure="pinball"``, :mod:`bdtree_jax.priors`).  The move keeps the tree's
+shape, so ``p_size(K)`` and every shape factor ``p_shape(k_L | k)`` are unchanged and there are no
+leaf factors: ``p(T')/p(T)`` is the ratio of the rule factors (``η``'s and its descendants'), and
+both ratios above hold as written.  The code uses the full ``log p(T') - log p(T)`` of
+:func:`~bdtree_jax.priors.log_tree_prior` either way (tested against enumeration in
+``tests/test_pinball.py``).
+
 **Adaptive width** (:func:`adapt`).  ``width`` is OpenBT's ``pertalpha``; the state carries
 ``log width`` and the number of iterations done, ``t`` (saturating at ``num_warmup``).  During
 warm-up only (``t < num_warmup`` and ``adapt=True``), after every cut perturbation whose window

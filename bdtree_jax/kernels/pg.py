@@ -114,6 +114,9 @@ def _same_tree(a, b) -> Array:
 
 def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: PGConfig) -> tuple[cgm.CGMState, PGInfo]:
     """One conditional-SMC sweep with ``state.tree`` as the reference (module docstring)."""
+    from ..priors import check_cgm_structure
+
+    check_cgm_structure(data.split_prob, "Particle Gibbs (method='pg')")
     P = config.num_particles
     S = smc.max_stages(config.max_depth)
     n = n_nodes(config.max_depth)

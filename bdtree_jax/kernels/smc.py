@@ -58,7 +58,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import log_cut_probs, splittable
+from ..priors import check_cgm_structure, log_cut_probs, splittable
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 
@@ -180,6 +180,7 @@ def log_evidence(log_weight: Array, n_islands: int) -> Array:
 
 def init(data: TreeData, config: SMCConfig) -> SMCState:
     """Every particle at the stump, ``log w = log L(stump) - log(P / I)``."""
+    check_cgm_structure(data.split_prob, "SMC (method='smc')")
     P, I = config.num_particles, config.n_islands
     stump = cgm.init(None, data, config.cgm)
     particles = jax.tree.map(lambda a: jnp.broadcast_to(a, (P,) + jnp.shape(a)), stump)
@@ -236,6 +237,7 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
     ``is_reference`` true the decision is *forced* to the reference tree's at that node (split or
     not, and its rule) -- conditional SMC's replay; its increment is computed exactly as for a
     free particle (for the one-step-optimal proposal it does not depend on the decision)."""
+    check_cgm_structure(data.split_prob, "SMC / Particle Gibbs (the top-down particle growth)")
     node, has = _next_node(state, last, data)
     p = data.split_prob[node]
     beta = state.beta

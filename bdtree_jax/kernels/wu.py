@@ -97,6 +97,25 @@ back to the MH move (Variant Π) above**; both branches are compiled (under ``vm
 both run), unless ``2**max_depth <= max_groups`` where only Gibbs is.  With box constraints a
 draw violating a box is rejected (the independence ratio is ``1[T' respects the boxes]``).
 
+**Pinball prior** (``structure="pinball"``, :mod:`bdtree_jax.priors`; spec §3: "restructure: the
+Φ formula with p_s replaced by shape factors").  Then ``π(T) = p_size(K) prod_int p_shape(k_L(η) |
+k(η)) r_η(rule_η)`` with no leaf factors; ``k(η) = |S_η|`` (a node's leaves are its groups) and
+``k_L(η) = |S_L|``.  ``K`` is the same for ``T`` and ``T'``, so ``p_size`` cancels and Variant Π
+gives::
+
+    Φ(T) = prod_int p_shape(|S_L| | |S_η|) W(S_η),
+
+computed as before as ``log π - log q`` (the sweep adds each internal node's shape factor, from
+the groups its chosen rule sends left, and ``log p_size(K)``).  The fibre DP becomes::
+
+    Z(S, d) = 1                                                                |S| = 1
+    Z(S, d) = sum_{compatible valid (v, c) at S} r(v, c | S) p_shape(|S_L| | |S|) Z(S_L, d+1) Z(S_R, d+1)
+    Z(S, D) = 1[|S| = 1]
+
+(the shape factor is folded into each block's ``log_w``, so the top-down draw is unchanged), and
+``Z(P, 0) = sum of π / p_size(K)`` over the fibre (tested against the enumeration).  The capacity
+rule is the pinball prior's own truncation at ``max_depth``.
+
 **Schedule** (:func:`wu`): one iteration = ``n_local`` CGM steps, one restructure, ``n_local``
 CGM steps (the paper's published protocol uses 25).  The restructure is not ergodic alone (the
 partition never changes), the CGM steps are; each piece leaves ``p(T) L(T)^beta`` invariant.
@@ -114,7 +133,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import draw_cut, level_bounds, subtree_sums
+from ..priors import PinballTables, draw_cut, level_bounds, pinball_shape, subtree_sums
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 from .base import SamplingAlgorithm
@@ -252,6 +271,8 @@ def _sweep(u: Array, forced: Tree, free: Array, state: cgm.CGMState, is_group, g
     cidx = jnp.arange(C)
     feat_dtype, cut_dtype = state.tree.feature.dtype, state.tree.cut.dtype
     zero = jnp.zeros(B, jnp.float32)
+    pinball = data.split_prob if isinstance(data.split_prob, PinballTables) else None
+    split_prob = data.split_prob if pinball is None else pinball.may_split
 
     pos = jnp.broadcast_to(jnp.where(is_group, 0, N).astype(jnp.int32), (B, N))  # node of each group (N: none)
     leaf_of_group = jnp.zeros((B, N), jnp.int32)
@@ -263,7 +284,7 @@ def _sweep(u: Array, forced: Tree, free: Array, state: cgm.CGMState, is_group, g
         rel = pos - first
         here = is_group & (rel >= 0) & (rel < count)  # (B, N)
         jg = jnp.where(here, rel, count).astype(jnp.int32)  # node (within the level) of each group
-        p = data.split_prob[first : first + count]
+        p = split_prob[first : first + count]
         u_level = u[first : first + count]
         forced_f = forced.feature[first : first + count].astype(jnp.int32)
         forced_c = jnp.clip(forced.cut[first : first + count].astype(jnp.int32), 0, max(C - 1, 0))
@@ -280,7 +301,10 @@ def _sweep(u: Array, forced: Tree, free: Array, state: cgm.CGMState, is_group, g
             n_valid = jnp.sum(hi > lo, axis=-1)
             can = (n_valid > 0) & (p > 0)
             internal = size >= 2
-            leaf_terms = jnp.sum(jnp.where(size == 1, jnp.log1p(-jnp.where(can, p, 0.0)), 0.0))
+            if pinball is None:
+                leaf_terms = jnp.sum(jnp.where(size == 1, jnp.log1p(-jnp.where(can, p, 0.0)), 0.0))
+            else:  # pinball: no leaf factors (p is 1 above max_depth: log p = 0 below)
+                leaf_terms = jnp.float32(0.0)
             zf = jnp.float32(0.0)
             if d == D:  # capacity: a node here cannot split
                 zi = jnp.zeros(count, jnp.int32)
@@ -311,6 +335,12 @@ def _sweep(u: Array, forced: Tree, free: Array, state: cgm.CGMState, is_group, g
             ok = ~internal | ((p > 0) & (W > 0) & (w_chosen > 0))
             log = lambda a: jnp.where(internal & ok, jnp.log(jnp.where(internal & ok, a, 1.0)), 0.0)  # noqa: E731
             log_prior = leaf_terms + jnp.sum(log(p) + log(r_chosen))
+            if pinball is not None:  # the shape factor p_shape(k_L | k) of every internal node
+                jc = jnp.clip(jg, 0, count - 1)
+                right_g = glo[jnp.arange(N), f_new[jc]] > c_new[jc]
+                k_left = jax.ops.segment_sum(((jg < count) & ~right_g).astype(jnp.int32), jg,
+                                             num_segments=count + 1)[:count]
+                log_prior = log_prior + jnp.sum(jnp.where(internal & ok, pinball_shape(pinball, size, k_left), 0.0))
             log_q = jnp.sum(log(w_chosen) - log(W))
             return lo, hi, internal, f_new, c_new, log_prior, log_q, jnp.sum(log(W)), jnp.all(ok), jnp.bool_(False)
 
@@ -348,6 +378,9 @@ def _sweep(u: Array, forced: Tree, free: Array, state: cgm.CGMState, is_group, g
             moving = here & internal_g
             pos = jnp.where(moving, 2 * pos + 1 + right.astype(jnp.int32), jnp.where(at_leaf, N, pos))
 
+    if pinball is not None:  # p_size(K): the same K for T and T' (cancels in Φ; kept so log_prior is π's)
+        size = pinball.log_size.shape[-1]
+        acc["log_prior"] += pinball.log_size[jnp.clip(is_group.sum(), 0, size - 1)]
     tree = Tree(jnp.concatenate(is_split, 1), jnp.concatenate(feature, 1), jnp.concatenate(cut, 1))
     return _Sweep(tree, leaf_of_group, jnp.concatenate(los, 1), jnp.concatenate(his, 1), acc["log_prior"],
                   acc["log_q"], acc["log_W"], acc["valid"], acc["overflow"])
@@ -401,7 +434,8 @@ def _gibbs_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: Re
 def restructure_step(uniforms: Array, state: cgm.CGMState, data: TreeData, config: RestructureConfig):
     """One restructure (module docstring): the MH move, the fibre-Gibbs draw, or ("auto") Gibbs when
     the tree has ``K <= max_groups`` leaves, else the MH move; ``uniforms`` from
-    :func:`draw_restructure` with the config's ``kind``."""
+    :func:`draw_restructure` with the config's ``kind``.  The prior is the one ``data`` carries
+    (CGM98 or pinball; module docstring)."""
     if config.kind == "pi":
         return _mh_step(uniforms, state, data, config)
     if config.gibbs_only:
@@ -517,11 +551,16 @@ def _fibre_dp(state: cgm.CGMState, data: TreeData, config: RestructureConfig) ->
     left, right = left.reshape(2**G, F * G), right.reshape(2**G, F * G)
 
     pop = jax.lax.population_count(S)
+    pinball = data.split_prob if isinstance(data.split_prob, PinballTables) else None
+    split_prob = data.split_prob if pinball is None else pinball.may_split
+    if pinball is not None:  # the pinball prior: each block's shape factor p_shape(|S_L| | |S|), no leaf factors
+        log_w = log_w + jnp.where(jnp.isfinite(log_w), pinball_shape(pinball, pop[:, None],
+                                                                    jax.lax.population_count(left)), 0.0)
     log_z = [jnp.where(pop <= 1, 0.0, -jnp.inf)]  # depth D: leaves only (capacity), factor 1
     for d in range(D - 1, -1, -1):
-        p = data.split_prob[2**d - 1]
+        p = split_prob[2**d - 1]
         nxt = log_z[0]
-        if config.gibbs_control == "drop_leaf":  # negative control: leaf factors left out
+        if config.gibbs_control == "drop_leaf" or pinball is not None:  # negative control / pinball: no leaf factors
             leaf = jnp.zeros(2**G, jnp.float32)
         else:
             leaf = jnp.log1p(-jnp.where((n_valid > 0) & (p > 0), p, 0.0))
