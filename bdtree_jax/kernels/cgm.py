@@ -250,27 +250,34 @@ def step_with_uniforms(
     node = _pick(targets[move], u_node)
     feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
 
-    if config.incremental:
-        # Each move re-scores only what it touches: grow the rows of one leaf, prune nothing,
-        # change and swap re-partition the tree.  Only the chosen branch runs -- unless the step
-        # is vmapped, where a switch evaluates every branch.
-        proposed = jax.lax.switch(
-            jnp.clip(move, 0, 3),
-            (
-                lambda: _propose_grow(state, node, feature, cut, data, config),
-                lambda: _propose_prune(state, node, data),
-                lambda: _score(change(tree, node, feature, cut), data, config, state.beta),
-                lambda: _score(swap(tree, node), data, config, state.beta),
-            ),
+    if config.incremental and data.box_side is None:
+        # Grow, prune and a change at a nog only touch one node and its two children: re-score
+        # them in place (no pass over the tree's other nodes).  Change elsewhere and swap
+        # re-partition a subtree: re-score the whole proposed tree.
+        local = (move == 0) | (move == 1) | ((move == 2) & _children_are_leaves(tree, node))
+        return jax.lax.cond(
+            local,
+            lambda: _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
+            lambda: _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
         )
-    else:
-        # Batched chains: edit the tree (cheap selects) and re-score it once, whatever the move.
-        edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
-        new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
-        proposed = _score(new_tree, data, config, state.beta)
+    return _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
 
-    # Proposal terms: q(T*|T) and q(T|T*).
-    counts_new = _targets(proposed, data).sum(1)
+
+def _children_are_leaves(tree: Tree, node: Array) -> Array:
+    """() bool: both children slots of ``node`` are leaves or inactive (the node is a leaf or a
+    nog); False at ``max_depth``, which has no children slots."""
+    n = tree.is_split.shape[-1]
+    child = 2 * node + 1
+    inside = child + 1 < n
+    kids = jax.lax.dynamic_slice(tree.is_split, (jnp.minimum(child, n - 2),), (2,))
+    return inside & ~jnp.any(kids)
+
+
+def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, node, feature, cut, counts, log_p, counts_new,
+              data, config):
+    """The MH log-ratio of a move from ``state`` (module docstring): likelihood, prior, move
+    choice, target node and rule-proposal terms."""
+    tree = state.tree
     log_p_new = _log_move_probs(counts_new, config.move_probs)
     reverse = _REVERSE[move]
     rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut, data.cut_cumwidth)
@@ -283,15 +290,127 @@ def step_with_uniforms(
     )
     log_q_reverse = jnp.where(counts_new[reverse] > 0, log_q_reverse, -jnp.inf)
     log_ratio = (
-        state.beta * (proposed.log_lik - state.log_lik)
-        + proposed.log_prior
+        state.beta * (proposed_log_lik - state.log_lik)
+        + proposed_log_prior
         - state.log_prior
         + log_q_reverse
         - log_q_forward
     )
-    log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
+    return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio), rule_new, rule_old
+
+
+def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+    """Propose by editing the tree and re-scoring it whole (one pass over the data), then accept
+    or reject.  With ``config.incremental`` only change and swap come here."""
+    tree = state.tree
+    if config.incremental:
+        new_tree = jax.tree.map(
+            lambda a, b: jnp.where(move == 2, a, b), change(tree, node, feature, cut), swap(tree, node)
+        )
+    else:
+        # Batched chains: edit the tree (cheap selects) and re-score it once, whatever the move.
+        edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
+        new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
+    proposed = _score(new_tree, data, config, state.beta)
+    counts_new = _targets(proposed, data).sum(1)
+    log_ratio, _, _ = _mh_ratio(state, proposed.log_lik, proposed.log_prior, move, node, feature, cut, counts,
+                                log_p, counts_new, data, config)
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
+    info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
+    return new_state, info
+
+
+def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+    """Grow at a leaf, prune a nog, or change the rule of a nog, touching only ``node`` and its
+    two children.
+
+    Every quantity of the MH ratio is the current one plus a local change: the likelihood by the
+    likelihood's ``split_gain`` of the old and the new split of ``node`` (both measured from the
+    tree with ``node`` a leaf), the prior by the factors of ``node`` and its children, and the
+    move counts by the targets that can appear or disappear (``node``, its children, its parent).
+    The state is then updated in place, gated by the acceptance.
+    """
+    tree = state.tree
+    n_nodes = tree.is_split.shape[-1]
+    left_child = 2 * node + 1
+    parent = jnp.maximum(node - 1, 0) // 2
+    sibling = jnp.where(node % 2 == 1, node + 1, node - 1)
+    was_split = tree.is_split[node]  # False: grow at a leaf; True: prune or change at a nog
+    splits = move != 1
+
+    # re-partition the node's rows (its children's rows when it is a nog)
+    in_node = (state.leaf_id == node) | ((((state.leaf_id - left_child) >> 1) == 0) & was_split)
+    goes_left = jnp.take(data.bins, feature, axis=1) <= cut
+    left, right = in_node & goes_left, in_node & ~goes_left
+    stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
+    stats_node = state.stats[node]
+    lo_l, hi_l = mask_bounds(left, data, config.min_leaf_size)
+    lo_r, hi_r = mask_bounds(right, data, config.min_leaf_size)
+    new_stats = jnp.stack([stats_left, stats_node - stats_left])
+    new_lo, new_hi = jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
+    start = (jnp.minimum(left_child, n_nodes - 2), 0)
+    old_stats = jax.lax.dynamic_slice(state.stats, start, (2, state.stats.shape[1]))
+    old_lo = jax.lax.dynamic_slice(state.lo, start, (2, state.lo.shape[1]))
+    old_hi = jax.lax.dynamic_slice(state.hi, start, (2, state.hi.shape[1]))
+
+    # likelihood: split gains of the old (if any) and the new (if any) split, from ``node`` a leaf
+    is_leaf = leaf_nodes(tree)
+    idx = jnp.arange(n_nodes)
+    as_leaf = jnp.where(was_split, (is_leaf & (((idx - left_child) >> 1) != 0)) | (idx == node), is_leaf)
+    gains = data.likelihood.split_gain(state.stats, as_leaf, node, jnp.stack([old_stats[0], stats_left]))
+    d_log_lik = jnp.where(splits, gains[1], 0.0) - jnp.where(was_split, gains[0], 0.0)
+
+    # prior: node's factor (leaf 1 - p, split p * p_rule) and its children's leaf factors
+    p_node, p_child = data.split_prob[node], data.split_prob[jnp.minimum(left_child, n_nodes - 1)]
+    can_old = jnp.any(old_hi > old_lo, axis=1) & (p_child > 0)
+    can_new = jnp.any(new_hi > new_lo, axis=1) & (p_child > 0)
+    rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut, data.cut_cumwidth)
+    rule_old = log_rule_prob(state.lo[node], state.hi[node], tree.feature[node], tree.cut[node], data.cut_cumwidth)
+    leaf_factor = jnp.log1p(-p_node)  # node is growable as a leaf (grow's target, or a nog's node)
+    kids = lambda can: jnp.sum(jnp.log1p(-jnp.where(can, p_child, 0.0)))  # noqa: E731
+    old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
+    new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
+    d_log_prior = new_factor - old_factor
+
+    # move counts after the move (grow, prune, change, swap targets)
+    growable_old = jnp.where(was_split, jnp.sum(can_old), 1)
+    growable_new = jnp.where(splits, jnp.sum(can_new), 1)
+    grown = (move == 0).astype(jnp.int32) - (move == 1).astype(jnp.int32)  # +1 grow, -1 prune, 0 change
+    has_parent = node > 0
+    sibling_leaf = ~tree.is_split[sibling]
+    # grow: node becomes a nog, its parent stops being one (if its other child is a leaf); prune:
+    # the reverse
+    d_nogs = grown * (1 - (has_parent & sibling_leaf).astype(jnp.int32))
+    d_internal = grown
+    d_swappable = grown * has_parent.astype(jnp.int32)
+    counts_new = counts + jnp.stack([growable_new - growable_old, d_nogs, d_internal, d_swappable]).astype(counts.dtype)
+
+    log_ratio, _, _ = _mh_ratio(state, state.log_lik + d_log_lik, state.log_prior + d_log_prior, move, node, feature,
+                                cut, counts, log_p, counts_new, data, config)
+    accepted = any_move & (jnp.log(u_accept) < log_ratio)
+
+    # apply in place, gated by the acceptance
+    put = lambda a, v: jax.lax.dynamic_update_slice(a, v, start)  # noqa: E731
+    child_value = lambda new, old: jnp.where(accepted, jnp.where(splits, new, 0), old)  # noqa: E731
+    at_node = lambda a, v: a.at[node].set(jnp.where(accepted, v, a[node]))  # noqa: E731
+    new_tree = Tree(
+        at_node(tree.is_split, splits),
+        at_node(tree.feature, jnp.where(splits, feature, 0).astype(tree.feature.dtype)),
+        at_node(tree.cut, jnp.where(splits, cut, 0).astype(tree.cut.dtype)),
+    )
+    new_id = jnp.where(splits, jnp.where(goes_left, left_child, left_child + 1), node)
+    leaf_id = jnp.where(accepted & in_node, new_id, state.leaf_id)
+    new_state = CGMState(
+        new_tree,
+        leaf_id.astype(state.leaf_id.dtype),
+        put(state.stats, child_value(new_stats, old_stats)),
+        put(state.lo, child_value(new_lo, old_lo)),
+        put(state.hi, child_value(new_hi, old_hi)),
+        state.log_lik + jnp.where(accepted, d_log_lik, 0.0),
+        state.log_prior + jnp.where(accepted, d_log_prior, 0.0),
+        state.beta,
+    )
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
 
