@@ -49,6 +49,7 @@ __all__ = [
     "build_kernel", "cgm",
 ]
 
+_BIG = np.int32(2**30)
 MOVES = ("grow", "prune", "change", "swap")
 _REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
 
@@ -273,15 +274,37 @@ def _children_are_leaves(tree: Tree, node: Array) -> Array:
     return inside & ~jnp.any(kids)
 
 
-def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, node, feature, cut, counts, log_p, counts_new,
-              data, config):
+def _pair_bounds(left: Array, right: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
+    """Valid-cut intervals (2, F) of two disjoint row sets ``left, right`` (n,) bool, as
+    :func:`~bdtree_jax.priors.mask_bounds`; for ``min_leaf_size = 1`` both sets' minima and
+    maxima come from one masked max-reduction of ``(-bins, bins)``."""
+    if min_leaf_size > 1:
+        (lo_l, hi_l), (lo_r, hi_r) = (mask_bounds(m, data, min_leaf_size) for m in (left, right))
+        return jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
+    n_features = data.bins.shape[1]
+    both = jnp.concatenate([-data.bins, data.bins], axis=1)  # (n, 2F)
+    masks = jnp.stack([left, right])[:, :, None]
+    extreme = jnp.max(jnp.where(masks, both[None], -_BIG), axis=1)  # (2, 2F)
+    lo, hi = -extreme[:, :n_features], extreme[:, n_features:]
+    empty = hi < 0  # no rows (bins are >= 0)
+    return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
+
+
+def _rule_probs(state, node, feature, cut, data):
+    """log p_rule of the proposed and of the current rule at ``node`` (its bounds are the same
+    before and after any move that draws a rule there)."""
+    lo, hi, cumwidth = state.lo[node], state.hi[node], data.cut_cumwidth
+    new = log_rule_prob(lo, hi, feature, cut, cumwidth)
+    old = log_rule_prob(lo, hi, state.tree.feature[node], state.tree.cut[node], cumwidth)
+    return new, old
+
+
+def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, counts, log_p, counts_new, rule_new, rule_old,
+              config):
     """The MH log-ratio of a move from ``state`` (module docstring): likelihood, prior, move
     choice, target node and rule-proposal terms."""
-    tree = state.tree
     log_p_new = _log_move_probs(counts_new, config.move_probs)
     reverse = _REVERSE[move]
-    rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut, data.cut_cumwidth)
-    rule_old = log_rule_prob(state.lo[node], state.hi[node], tree.feature[node], tree.cut[node], data.cut_cumwidth)
     log_q_forward = log_p[move] - jnp.log(counts[move]) + jnp.where((move == 0) | (move == 2), rule_new, 0.0)
     log_q_reverse = (
         log_p_new[reverse]
@@ -296,7 +319,7 @@ def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, node, feature, 
         + log_q_reverse
         - log_q_forward
     )
-    return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio), rule_new, rule_old
+    return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
 
 
 def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
@@ -313,8 +336,9 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
         new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
     proposed = _score(new_tree, data, config, state.beta)
     counts_new = _targets(proposed, data).sum(1)
-    log_ratio, _, _ = _mh_ratio(state, proposed.log_lik, proposed.log_prior, move, node, feature, cut, counts,
-                                log_p, counts_new, data, config)
+    rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
+    log_ratio = _mh_ratio(state, proposed.log_lik, proposed.log_prior, move, counts, log_p, counts_new, rule_new,
+                          rule_old, config)
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
@@ -345,10 +369,8 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     left, right = in_node & goes_left, in_node & ~goes_left
     stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
     stats_node = state.stats[node]
-    lo_l, hi_l = mask_bounds(left, data, config.min_leaf_size)
-    lo_r, hi_r = mask_bounds(right, data, config.min_leaf_size)
+    new_lo, new_hi = _pair_bounds(left, right, data, config.min_leaf_size)
     new_stats = jnp.stack([stats_left, stats_node - stats_left])
-    new_lo, new_hi = jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
     start = (jnp.minimum(left_child, n_nodes - 2), 0)
     old_stats = jax.lax.dynamic_slice(state.stats, start, (2, state.stats.shape[1]))
     old_lo = jax.lax.dynamic_slice(state.lo, start, (2, state.lo.shape[1]))
@@ -365,8 +387,7 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     p_node, p_child = data.split_prob[node], data.split_prob[jnp.minimum(left_child, n_nodes - 1)]
     can_old = jnp.any(old_hi > old_lo, axis=1) & (p_child > 0)
     can_new = jnp.any(new_hi > new_lo, axis=1) & (p_child > 0)
-    rule_new = log_rule_prob(state.lo[node], state.hi[node], feature, cut, data.cut_cumwidth)
-    rule_old = log_rule_prob(state.lo[node], state.hi[node], tree.feature[node], tree.cut[node], data.cut_cumwidth)
+    rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
     leaf_factor = jnp.log1p(-p_node)  # node is growable as a leaf (grow's target, or a nog's node)
     kids = lambda can: jnp.sum(jnp.log1p(-jnp.where(can, p_child, 0.0)))  # noqa: E731
     old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
@@ -386,8 +407,8 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     d_swappable = grown * has_parent.astype(jnp.int32)
     counts_new = counts + jnp.stack([growable_new - growable_old, d_nogs, d_internal, d_swappable]).astype(counts.dtype)
 
-    log_ratio, _, _ = _mh_ratio(state, state.log_lik + d_log_lik, state.log_prior + d_log_prior, move, node, feature,
-                                cut, counts, log_p, counts_new, data, config)
+    log_ratio = _mh_ratio(state, state.log_lik + d_log_lik, state.log_prior + d_log_prior, move, counts, log_p,
+                          counts_new, rule_new, rule_old, config)
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
 
     # apply in place, gated by the acceptance
