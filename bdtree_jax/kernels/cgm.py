@@ -16,7 +16,15 @@ One step proposes one move on one chain's padded tree and accepts it with the ex
   proposal that leaves a rule without both children populated has prior 0 and is rejected.
 
 The state caches every node's sufficient statistics and valid-cut bounds so the log-prior and
-move counts are available without touching the data.
+move counts are available without touching the data.  With ``CGMConfig(incremental=True)`` (the
+CPU default) a move pays for what it touches: grow, prune and a change at a nog re-split one
+node's rows and update the likelihood (the likelihood's ``split_gain``), the prior (the node's
+and its children's factors under CGM98; the whole proposed tree under the pinball prior or box
+constraints) and the move counts by their local change, then write the state in place gated by
+the acceptance; a change higher up and a swap re-partition the tree and re-score it whole.
+Under the pinball prior (:mod:`bdtree_jax.priors`) the rule draw does not cancel against a split
+probability, but the ratio above is written with the full ``log p(T*) - log p(T)`` and the
+rule-proposal terms, so it holds for either prior.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import numpy as np
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import (
+    PinballTables,
     TreePrior,
+    _split_mask,
     draw_cut,
     log_rule_prob,
     mask_bounds,
@@ -251,7 +261,7 @@ def step_with_uniforms(
     node = _pick(targets[move], u_node)
     feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
 
-    if config.incremental and data.box_side is None:
+    if config.incremental:
         # Grow, prune and a change at a nog only touch one node and its two children: re-score
         # them in place (no pass over the tree's other nodes).  Change elsewhere and swap
         # re-partition a subtree: re-score the whole proposed tree.
@@ -400,16 +410,32 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     gains = data.likelihood.split_gain(state.stats, as_leaf, node, jnp.stack([old_stats[0], stats_left]))
     d_log_lik = jnp.where(splits, gains[1], 0.0) - jnp.where(was_split, gains[0], 0.0)
 
-    # prior: node's factor (leaf 1 - p, split p * p_rule) and its children's leaf factors
-    p_node, p_child = data.split_prob[node], data.split_prob[jnp.minimum(left_child, n_nodes - 1)]
-    can_old = jnp.any(old_hi > old_lo, axis=1) & (p_child > 0)
-    can_new = jnp.any(new_hi > new_lo, axis=1) & (p_child > 0)
+    # prior: with CGM98's split probabilities and no box constraints, the change is the factor of
+    # ``node`` (leaf 1 - p, split p * p_rule) and its children's leaf factors; otherwise (pinball
+    # prior, boxes: factors that reach beyond the three nodes) the proposed tree's prior in full
+    may_child = _split_mask(data.split_prob)[jnp.minimum(left_child, n_nodes - 1)] > 0
+    can_old = jnp.any(old_hi > old_lo, axis=1) & may_child
+    can_new = jnp.any(new_hi > new_lo, axis=1) & may_child
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
-    leaf_factor = jnp.log1p(-p_node)  # node is growable as a leaf (grow's target, or a nog's node)
-    kids = lambda can: jnp.sum(jnp.log1p(-jnp.where(can, p_child, 0.0)))  # noqa: E731
-    old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
-    new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
-    d_log_prior = new_factor - old_factor
+    if isinstance(data.split_prob, PinballTables) or data.box_side is not None:
+        proposed_tree = Tree(
+            tree.is_split.at[node].set(splits),
+            tree.feature.at[node].set(jnp.where(splits, feature, 0).astype(tree.feature.dtype)),
+            tree.cut.at[node].set(jnp.where(splits, cut, 0).astype(tree.cut.dtype)),
+        )
+        lo_p = jax.lax.dynamic_update_slice(state.lo, jnp.where(splits, new_lo, 0), start)
+        hi_p = jax.lax.dynamic_update_slice(state.hi, jnp.where(splits, new_hi, 0), start)
+        d_log_prior = (
+            log_tree_prior(proposed_tree, lo_p, hi_p, data.split_prob, data.cut_cumwidth, data.box_side)
+            - state.log_prior
+        )
+    else:
+        p_node, p_child = data.split_prob[node], data.split_prob[jnp.minimum(left_child, n_nodes - 1)]
+        leaf_factor = jnp.log1p(-p_node)  # node is growable as a leaf (grow's target, or a nog's node)
+        kids = lambda can: jnp.sum(jnp.log1p(-jnp.where(can, p_child, 0.0)))  # noqa: E731
+        old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
+        new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
+        d_log_prior = new_factor - old_factor
 
     # move counts after the move (grow, prune, change, swap targets)
     growable_old = jnp.where(was_split, jnp.sum(can_old), 1)
