@@ -300,8 +300,9 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
         data_m = _residual_data(data, residual, sigma2)
         # re-score on the residual: the rows' leaves and valid-cut bounds do not change
         stats = subtree_sums(data_m.point_stats, tree_state.leaf_id, N)
-        tree_state = cgm._with_scores(tree_state.tree, tree_state.leaf_id, stats, tree_state.lo, tree_state.hi,
-                                      data_m, 1.0)
+        # (the tree's prior does not depend on the residual: only the likelihood is re-scored)
+        log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree_state.tree))
+        tree_state = tree_state._replace(stats=stats, log_lik=log_lik)
         new, changed = _update_tree(k, u, tree_state, data_m, config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)

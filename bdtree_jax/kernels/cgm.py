@@ -311,9 +311,12 @@ def _pair_bounds(left: Array, right: Array, data: TreeData, min_leaf_size: int) 
         (lo_l, hi_l), (lo_r, hi_r) = (mask_bounds(m, data, min_leaf_size) for m in (left, right))
         return jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
     n_features = data.bins.shape[1]
-    both = jnp.concatenate([-data.bins, data.bins], axis=1)  # (n, 2F)
+    # bins fit in int16 when the grid has fewer than 2**15 - 1 cut slots (static): twice the lanes
+    small = data.cut_cumwidth.shape[-1] < 2**15 - 1
+    dtype, none = (jnp.int16, -(2**15)) if small else (jnp.int32, -_BIG)
+    both = jnp.concatenate([-data.bins, data.bins], axis=1).astype(dtype)  # (n, 2F)
     masks = jnp.stack([left, right])[:, :, None]
-    extreme = jnp.max(jnp.where(masks, both[None], -_BIG), axis=1)  # (2, 2F)
+    extreme = jnp.max(jnp.where(masks, both[None], jnp.asarray(none, dtype)), axis=1).astype(jnp.int32)  # (2, 2F)
     lo, hi = -extreme[:, :n_features], extreme[:, n_features:]
     empty = hi < 0  # no rows (bins are >= 0)
     return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
@@ -393,10 +396,17 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     # re-partition the node's rows (its children's rows when it is a nog)
     in_node = (state.leaf_id == node) | ((((state.leaf_id - left_child) >> 1) == 0) & was_split)
     goes_left = jnp.take(data.bins, feature, axis=1) <= cut
-    left, right = in_node & goes_left, in_node & ~goes_left
-    stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
+
+    def resplit():  # the new children's statistics and bounds (a prune has no new children)
+        left, right = in_node & goes_left, in_node & ~goes_left
+        return (left.astype(data.point_stats.dtype) @ data.point_stats,
+                *_pair_bounds(left, right, data, config.min_leaf_size))
+
+    n_features = data.bins.shape[1]
+    no_split = lambda: (jnp.zeros_like(state.stats[0]), jnp.zeros((2, n_features), jnp.int32),  # noqa: E731
+                        jnp.zeros((2, n_features), jnp.int32))
+    stats_left, new_lo, new_hi = jax.lax.cond(splits, resplit, no_split)
     stats_node = state.stats[node]
-    new_lo, new_hi = _pair_bounds(left, right, data, config.min_leaf_size)
     new_stats = jnp.stack([stats_left, stats_node - stats_left])
     start = (jnp.minimum(left_child, n_nodes - 2), 0)
     old_stats = jax.lax.dynamic_slice(state.stats, start, (2, state.stats.shape[1]))
