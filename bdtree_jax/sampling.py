@@ -25,6 +25,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
 from .kernels.base import SamplingAlgorithm
+from .tree import tree_summaries
 
 __all__ = ["run_chains", "trace_count", "chain_devices", "clear_compiled"]
 
@@ -223,7 +224,7 @@ def run_chains(
         while start < num_iterations:
             n_valid = min(block_size, num_iterations - start)
             states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid))
-            chunks.append(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out))
+            chunks.append(_with_tree_summaries(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out)))
             start += n_valid
             bar.update(n_valid)
             if checkpoint is not None:
@@ -232,6 +233,17 @@ def run_chains(
         bar.close()
     traces = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *chunks)
     return traces, states
+
+
+def _with_tree_summaries(chunk: dict) -> dict:
+    """Add ``n_leaves`` and ``depth`` (chains, iterations) to a block's host traces that record
+    trees but not these (computing them from the trees here keeps them out of the compiled
+    per-step loop)."""
+    tree = chunk.get("tree") if isinstance(chunk, dict) else None
+    if tree is None or ("n_leaves" in chunk and "depth" in chunk):
+        return chunk
+    n_leaf, depth = tree_summaries(tree.is_split)
+    return {**chunk, "n_leaves": n_leaf, "depth": depth}
 
 
 def _states_to_host(states):

@@ -51,7 +51,7 @@ from ..priors import (
     node_stats,
     splittable,
 )
-from ..tree import Tree, empty_tree, grow, leaf_nodes, n_leaves, nog_nodes, prune, change, swap, tree_depth
+from ..tree import Tree, empty_tree, grow, leaf_nodes, nog_nodes, prune, change, swap
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -388,7 +388,6 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     tree = state.tree
     n_nodes = tree.is_split.shape[-1]
     left_child = 2 * node + 1
-    parent = jnp.maximum(node - 1, 0) // 2
     sibling = jnp.where(node % 2 == 1, node + 1, node - 1)
     was_split = tree.is_split[node]  # False: grow at a leaf; True: prune or change at a nog
     splits = move != 1
@@ -490,14 +489,14 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
 
 
 def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> dict:
-    """What the driver records per iteration (the tree in ``trace_dtypes``)."""
+    """What the driver records per iteration (the tree in ``trace_dtypes``).  ``n_leaves`` and
+    ``depth`` are derived from the recorded trees by the driver after each block
+    (:func:`~bdtree_jax.tree.tree_summaries`), outside the compiled loop."""
     t = state.tree
     return dict(
         tree=Tree(t.is_split, t.feature.astype(trace_dtypes[0]), t.cut.astype(trace_dtypes[1])),
         log_lik=state.log_lik,
         log_prior=state.log_prior,
-        n_leaves=n_leaves(state.tree),
-        depth=tree_depth(state.tree),
         accepted=info.accepted,
         move=info.move,
     )
