@@ -77,7 +77,8 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
             state = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_state, state)
             return state, algorithm.trace(state, info)
 
-        return jax.lax.scan(body, state, (steps, keys))
+        state, traces = jax.lax.scan(body, state, (steps, keys))
+        return state, _with_tree_summaries(traces)
 
     def block(chain_keys, states, data, start, n_valid):
         _TRACES["count"] += 1
@@ -220,15 +221,28 @@ def run_chains(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=num_iterations, initial=start, disable=not progress, desc=description, leave=False)
+
+    def collect(out, n_valid):  # device -> host (blocks until that block has run)
+        chunks.append(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out))
+        bar.update(n_valid)
+
+    pending = None
     try:
         while start < num_iterations:
             n_valid = min(block_size, num_iterations - start)
+            # dispatch is asynchronous: the next block runs on the devices while the host copies
+            # the previous one
             states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid))
-            chunks.append(_with_tree_summaries(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out)))
+            if pending is not None:
+                collect(*pending)
+            pending = (out, n_valid)
             start += n_valid
-            bar.update(n_valid)
             if checkpoint is not None:
+                collect(*pending)
+                pending = None
                 _write_checkpoint(checkpoint, ident, start, chunks, states)
+        if pending is not None:
+            collect(*pending)
     finally:
         bar.close()
     traces = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *chunks)
@@ -236,9 +250,9 @@ def run_chains(
 
 
 def _with_tree_summaries(chunk: dict) -> dict:
-    """Add ``n_leaves`` and ``depth`` (chains, iterations) to a block's host traces that record
-    trees but not these (computing them from the trees here keeps them out of the compiled
-    per-step loop)."""
+    """Add ``n_leaves`` and ``depth`` (iterations,) to a block's traces that record trees but not
+    these: one vectorized pass over the block's trees after its step loop instead of a
+    computation in every step."""
     tree = chunk.get("tree") if isinstance(chunk, dict) else None
     if tree is None or ("n_leaves" in chunk and "depth" in chunk):
         return chunk

@@ -221,26 +221,24 @@ def tree_depth(tree: Tree) -> Array:
     return jnp.max(jnp.where(leaf_nodes(tree), depths, 0)).astype(jnp.int32)
 
 
-def tree_summaries(is_split: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Host-side :func:`n_leaves` and :func:`tree_depth` of a stack of trees.
+def tree_summaries(is_split: Array) -> tuple[Array, Array]:
+    """:func:`n_leaves` and :func:`tree_depth` of a stack of trees, level by level (no gathers).
 
-    is_split : (..., N) bool.  Returns two int32 arrays of shape ``(...)``.  Used by the sampling
-    driver to derive these per-iteration statistics from the recorded trees after a block, so
-    the compiled loop does not compute them every step.
+    is_split : (..., N) bool.  Returns two int32 arrays of shape ``(...)``.  The sampling driver
+    derives these per-iteration statistics from a block's recorded trees in one vectorized pass
+    after the block's step loop, so the loop does not compute them every step.
     """
-    is_split = np.asarray(is_split, bool)
     n = is_split.shape[-1]
-    depth = int(np.log2(n + 1)) - 1
-    active = np.zeros_like(is_split)
-    active[..., 0] = True
-    for d in range(1, depth + 1):
-        idx = np.arange(2**d - 1, min(2 ** (d + 1) - 1, n))
-        parent = (idx - 1) // 2
-        active[..., idx] = active[..., parent] & is_split[..., parent]
-    leaf = active & ~is_split
-    n_leaf = leaf.sum(-1).astype(np.int32)
-    leaf_depth = np.where(leaf, node_depths(depth), 0).max(-1).astype(np.int32)
-    return n_leaf, leaf_depth
+    active = jnp.ones(is_split.shape[:-1] + (1,), bool)
+    count = jnp.zeros(is_split.shape[:-1], jnp.int32)
+    depth = jnp.zeros(is_split.shape[:-1], jnp.int32)
+    for d in range(int(np.log2(n + 1))):
+        splits = is_split[..., 2**d - 1 : 2 ** (d + 1) - 1]
+        leaf = active & ~splits
+        count = count + leaf.sum(-1, dtype=jnp.int32)
+        depth = jnp.where(leaf.any(-1), d, depth)
+        active = jnp.repeat(active & splits, 2, axis=-1)
+    return count, depth
 
 
 # ----------------------------------------------------------------------------------------------
