@@ -21,7 +21,7 @@ from .tree import Tree, _fmt, distinct_trees, to_string
 __all__ = [
     "enumerate_trees", "enumerate_posterior", "tree_frequencies", "tv_distance", "topology_string", "soft_topology_posterior",
     "dm_log_lik", "gaussian_leaf_log_lik", "enumerate_pcfg_trees", "enumerate_pcfg_posterior",
-    "enumerate_edit_prior", "enumerate_edit_posterior", "enumerate_pinball_trees",
+    "enumerate_edit_prior", "enumerate_edit_posterior", "enumerate_pinball_trees", "leaf_partition",
 ]
 
 
@@ -287,6 +287,22 @@ def enumerate_pcfg_posterior(X, point_stats, likelihood, **kw) -> dict[str, floa
     w = np.array([w for _, w, _ in all_trees])
     probs = np.exp(w - logsumexp(w))
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
+
+
+def leaf_partition(tree, bins: np.ndarray) -> frozenset:
+    """The partition of the rows into leaves, as a frozenset of frozensets of row indices.
+
+    tree : :class:`~bdtree_jax.tree.Tree` (or its three arrays) of one padded tree.
+    bins : (n, F) int bin codes.  A numpy descent (cheap for the thousands of trees of a WU
+    fibre, :mod:`bdtree_jax.kernels.wu`).
+    """
+    is_split, feature, cut = (np.asarray(a) for a in tree)
+    leaf = np.zeros(len(bins), int)
+    for _ in range(int(np.log2(len(is_split) + 1))):
+        split = is_split[leaf]
+        right = bins[np.arange(len(bins)), feature[leaf]] > cut[leaf]
+        leaf = np.where(split, 2 * leaf + 1 + right, leaf)
+    return frozenset(frozenset(np.flatnonzero(leaf == i).tolist()) for i in np.unique(leaf))
 
 
 def tree_frequencies(trees: Tree, thresholds: np.ndarray, weights=None) -> dict[str, float]:

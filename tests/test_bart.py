@@ -422,6 +422,7 @@ def _friedman(n, rng, d=10):
     return X, f
 
 
+@pytest.mark.slow
 def test_friedman_end_to_end_and_determinism():
     """Spec §4 item 14 (small): n = 300, D = 10, sigma = 1, 50 trees, 300 + 300 grow-prune sweeps.
     Test RMSE against the noise-free f < 0.4 sd(f) (observed 0.25) and E[sigma] within 0.3 of 1

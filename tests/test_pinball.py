@@ -39,7 +39,7 @@ from scipy.stats import betabinom, poisson
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance, leaf_partition
 from bdtree_jax.kernels import cgm, edit, perturb, pg, regrow, smc, wu
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
@@ -352,14 +352,6 @@ def test_perturb_matches_enumerated_pinball_posterior(task):
 K4 = "x0<=3.5(x1<=4.5(L,L),x0<=4.5(L,L))"
 
 
-def _partition(tree, bins):
-    is_split, feature, cut = (np.asarray(a) for a in tree)
-    leaf = np.zeros(len(bins), int)
-    for _ in range(int(np.log2(len(is_split) + 1))):
-        split = is_split[leaf]
-        right = bins[np.arange(len(bins)), feature[leaf]] > cut[leaf]
-        leaf = np.where(split, 2 * leaf + 1 + right, leaf)
-    return frozenset(frozenset(np.flatnonzero(leaf == i).tolist()) for i in np.unique(leaf))
 
 
 def _wu_fibre(prior):
@@ -367,9 +359,9 @@ def _wu_fibre(prior):
     data = make_tree_data(grid.bin(X), Y_CLASS, prior, LIK, grid=grid)
     start = Tree(*(jnp.asarray(a) for a in from_string(K4, grid.thresholds, prior.max_depth)))
     bins = grid.bin(X)
-    target = _partition(start, bins)
+    target = leaf_partition(start, bins)
     fibre = [(s, w) for s, w, _ in enumerate_trees(X, LIK.point_stats(Y_CLASS), prior, LIK)
-             if _partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
+             if leaf_partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
     names = [s for s, _ in fibre]
     log_prior = np.array([w for _, w in fibre])
     state = cgm.init(None, data, cgm.CGMConfig.from_prior(prior), tree=start)
@@ -385,6 +377,7 @@ def _stationary_tv(q, phi, target):
     return 0.5 * np.abs(law / law.sum() - target).sum()
 
 
+@pytest.mark.slow
 def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     """On the 36-tree fibre of a K = 4 tree (depth 3, γ = 0.4): the replayed sweep's log prior is
     the enumerated pinball weight of every fibre tree; q sums to 1 over the fibre; the Variant Π

@@ -28,7 +28,7 @@ from scipy.special import logsumexp
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance, leaf_partition
 from bdtree_jax.kernels import cgm, tempering, wu
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior
@@ -67,15 +67,6 @@ def _tree(text, grid, max_depth):
     return Tree(*(jnp.asarray(a) for a in from_string(text, grid.thresholds, max_depth)))
 
 
-def _partition(tree, bins):
-    """The leaf partition of the rows (numpy descent: thousands of trees per fibre)."""
-    is_split, feature, cut = (np.asarray(a) for a in tree)
-    leaf = np.zeros(len(bins), int)
-    for _ in range(int(np.log2(len(is_split) + 1))):
-        split = is_split[leaf]
-        right = bins[np.arange(len(bins)), feature[leaf]] > cut[leaf]
-        leaf = np.where(split, 2 * leaf + 1 + right, leaf)
-    return frozenset(frozenset(np.flatnonzero(leaf == i).tolist()) for i in np.unique(leaf))
 
 
 def _start(toy_data, text, max_depth):
@@ -87,9 +78,9 @@ def _fibre(X, y, lik, prior, grid, start):
     """Every tree with the leaf partition of the tree ``start``: strings and the prior restricted
     to them."""
     bins = grid.bin(X)
-    target = _partition(start, bins)
+    target = leaf_partition(start, bins)
     fibre = [(s, lp) for s, lp, _ in enumerate_trees(X, lik.point_stats(y), prior, lik)
-             if _partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
+             if leaf_partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
     names = [s for s, _ in fibre]
     log_prior = np.array([lp for _, lp in fibre])
     prob = np.exp(log_prior - log_prior.max())
