@@ -20,6 +20,7 @@ from bdtree_jax.tree import (
     swap,
     to_string,
     tree_depth,
+    tree_summaries,
     tree_text,
 )
 
@@ -101,3 +102,16 @@ def test_text_and_plot():
     ax = plot_tree(t, THRESH, ["a", "b"])
     labels = [x.get_text() for x in ax.texts]
     assert "a <= 1.5" in labels and labels.count("leaf") == 4
+
+
+def test_tree_summaries_match_n_leaves_and_depth():
+    """The driver's vectorized per-block summaries equal n_leaves / tree_depth tree by tree,
+    including non-canonical arrays (split flags below leaves, which must be ignored)."""
+    rng = np.random.default_rng(0)
+    is_split = rng.random((3, 40, 31)) < 0.55
+    count, depth = tree_summaries(jnp.asarray(is_split))
+    zeros = jnp.zeros(31, jnp.int32)
+    expected = [[(int(n_leaves(Tree(jnp.asarray(s), zeros, zeros))), int(tree_depth(Tree(jnp.asarray(s), zeros, zeros))))
+                 for s in chain] for chain in is_split]
+    np.testing.assert_array_equal(np.stack([np.asarray(count), np.asarray(depth)], -1), np.array(expected))
+    assert len(set(np.asarray(depth).ravel())) > 2  # the draws cover several depths

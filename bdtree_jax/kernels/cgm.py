@@ -40,6 +40,7 @@ import numpy as np
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import (
+    _BIG,
     PinballTables,
     TreePrior,
     _split_mask,
@@ -59,7 +60,6 @@ __all__ = [
     "build_kernel", "cgm",
 ]
 
-_BIG = np.int32(2**30)
 MOVES = ("grow", "prune", "change", "swap")
 _REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
 
@@ -284,25 +284,6 @@ def _children_are_leaves(tree: Tree, node: Array) -> Array:
     return inside & ~jnp.any(kids)
 
 
-def _change_or_swap(tree: Tree, is_change: Array, node: Array, feature: Array, cut: Array) -> Tree:
-    """:func:`~bdtree_jax.tree.change` of ``node`` if ``is_change``, else
-    :func:`~bdtree_jax.tree.swap` of ``node`` with its parent, as one elementwise pass per array
-    (the same trees as those functions)."""
-    idx = jnp.arange(tree.is_split.shape[-1])
-    parent = jnp.maximum(node - 1, 0) // 2
-    sibling = jnp.where(node % 2 == 1, node + 1, node - 1)
-    same = (
-        tree.is_split[sibling] & (tree.feature[sibling] == tree.feature[node]) & (tree.cut[sibling] == tree.cut[node])
-    )
-    to_parent_rule = (idx == node) | ((idx == sibling) & same)
-
-    def edit(a, value):
-        swapped = jnp.where(idx == parent, a[node], jnp.where(to_parent_rule, a[parent], a))
-        return jnp.where(is_change, jnp.where(idx == node, value.astype(a.dtype), a), swapped)
-
-    return Tree(tree.is_split, edit(tree.feature, feature), edit(tree.cut, cut))
-
-
 def _pair_bounds(left: Array, right: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
     """Valid-cut intervals (2, F) of two disjoint row sets ``left, right`` (n,) bool, as
     :func:`~bdtree_jax.priors.mask_bounds`; for ``min_leaf_size = 1`` both sets' minima and
@@ -359,7 +340,9 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
     or reject.  With ``config.incremental`` only change and swap come here."""
     tree = state.tree
     if config.incremental:
-        new_tree = _change_or_swap(tree, move == 2, node, feature, cut)
+        new_tree = jax.tree.map(
+            lambda a, b: jnp.where(move == 2, a, b), change(tree, node, feature, cut), swap(tree, node)
+        )
     else:
         # Batched chains: edit the tree (cheap selects) and re-score it once, whatever the move.
         edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
