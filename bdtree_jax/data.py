@@ -97,8 +97,9 @@ class SplitGrid:
     Attributes
     ----------
     thresholds : (F, C) float64
-        Midpoints between consecutive distinct training values of each feature, ascending,
-        padded with ``+inf`` to the largest count ``C`` (at least 1).
+        Midpoints between consecutive distinct training values of each feature (all of them, or
+        ``max_cuts`` at quantiles: :func:`make_split_grid`), ascending, padded with ``+inf`` to
+        the largest count ``C`` (at least 1).
     n_cuts : (F,) int64
         Number of real candidates per feature (0 for a constant feature).
     widths : (F, C) float64 or None
@@ -124,18 +125,41 @@ class SplitGrid:
         return out
 
 
-def make_split_grid(X: np.ndarray) -> SplitGrid:
-    """Split candidates: midpoints between consecutive distinct values of each column of X."""
+def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
+    """Split candidates: midpoints between consecutive distinct values of each column of X.
+
+    With ``max_cuts``, a feature with more than ``max_cuts`` such midpoints keeps ``max_cuts`` of
+    them, at evenly spaced quantiles of its distinct values (as BART software does: bartz's
+    ``UniqueQuantileBinner``, BART's ``usequants``), so its distinct values fall into
+    ``max_cuts + 1`` groups of nearly equal counts.  A kept cut's ``widths`` entry is then the
+    length of the stretch of the axis it stands for (half-way to its neighbouring kept cuts, the
+    data's range at the ends), so the ``"range"`` split prior still weighs cuts by length.
+    """
+    if max_cuts is not None and (not isinstance(max_cuts, (int, np.integer)) or isinstance(max_cuts, bool)
+                                 or max_cuts < 1):
+        raise ValueError(f"max_cuts must be a positive integer or None; got {max_cuts!r}.")
     X = np.asarray(X, float)
     values = [np.unique(X[:, f]) for f in range(X.shape[1])]
-    n_cuts = np.array([max(len(u) - 1, 0) for u in values])
+    cuts, gaps = [], []
+    for u in values:
+        mid, gap = (u[:-1] + u[1:]) / 2.0, np.diff(u)
+        if max_cuts is not None and len(mid) > max_cuts:
+            # gap g separates u[g] and u[g + 1]: keep the gaps closing groups j = 1..max_cuts of
+            # len(u) / (max_cuts + 1) distinct values each
+            keep = np.unique(np.round(np.arange(1, max_cuts + 1) * len(u) / (max_cuts + 1)).astype(int) - 1)
+            mid = mid[np.clip(keep, 0, len(mid) - 1)]
+            edges = np.concatenate([[u[0]], (mid[:-1] + mid[1:]) / 2.0, [u[-1]]])
+            gap = np.diff(edges)
+        cuts.append(mid)
+        gaps.append(gap)
+    n_cuts = np.array([len(c) for c in cuts])
     width = max(1, int(n_cuts.max(initial=0)))
     thresholds = np.full((X.shape[1], width), np.inf)
-    gaps = np.zeros((X.shape[1], width))
-    for f, (u, k) in enumerate(zip(values, n_cuts)):
-        thresholds[f, :k] = (u[:-1] + u[1:]) / 2.0
-        gaps[f, :k] = np.diff(u)
-    return SplitGrid(thresholds, n_cuts, gaps)
+    widths = np.zeros((X.shape[1], width))
+    for f, (c, g) in enumerate(zip(cuts, gaps)):
+        thresholds[f, : len(c)] = c
+        widths[f, : len(g)] = g
+    return SplitGrid(thresholds, n_cuts, widths)
 
 
 SPLIT_PRIORS = ("uniform", "range")

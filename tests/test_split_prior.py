@@ -311,3 +311,30 @@ def test_prior_data_and_config_errors(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("dataset: iris\nsplit_prior: range\n")
     assert load_config(path)["split_prior"] == "range"
+
+
+def test_max_cuts_grid_keeps_quantile_cuts_of_the_distinct_values():
+    """``make_split_grid(X, max_cuts)``: a feature with more midpoints keeps ``max_cuts`` of them,
+    at quantiles of its distinct values (bins of nearly equal distinct-value counts), widths that
+    tile the feature's range; a feature with few values and ``max_cuts=None`` keep every midpoint."""
+    rng = np.random.default_rng(3)
+    Xg = np.column_stack([rng.normal(size=1000), rng.integers(0, 4, 1000), np.repeat(np.arange(10.0), 100)])
+    full, coarse = make_split_grid(Xg), make_split_grid(Xg, 31)
+    np.testing.assert_array_equal(full.n_cuts, [999, 3, 9])
+    np.testing.assert_array_equal(coarse.n_cuts, [31, 3, 9])
+    # few distinct values: the same midpoints and gap widths as without a cap
+    for f in (1, 2):
+        np.testing.assert_array_equal(coarse.thresholds[f, :3], full.thresholds[f, :3])
+        np.testing.assert_array_equal(coarse.widths[f, :coarse.n_cuts[f]], full.widths[f, :full.n_cuts[f]])
+    # the kept cuts are real midpoints, ascending, splitting the distinct values into 32 groups of 31-32
+    kept = coarse.thresholds[0, :31]
+    assert np.all(np.diff(kept) > 0) and np.isin(kept, full.thresholds[0, :999]).all()
+    groups = np.bincount(coarse.bin(Xg)[:, 0], minlength=32)  # the 1000 values are distinct
+    assert groups.sum() == 1000 and groups.min() >= 31 and groups.max() <= 32, groups
+    # the range prior still weighs a cut by the stretch of the axis it stands for
+    np.testing.assert_allclose(coarse.widths[0, :31].sum(), np.ptp(Xg[:, 0]))
+    assert np.all(coarse.widths[0, :31] > 0) and np.all(coarse.widths[0, 31:] == 0)
+    # a cap at or above the number of midpoints changes nothing
+    np.testing.assert_array_equal(make_split_grid(Xg, 999).thresholds, full.thresholds)
+    with pytest.raises(ValueError, match="max_cuts must be a positive integer or None"):
+        make_split_grid(Xg, 0)
