@@ -15,8 +15,8 @@ few rows).
 One iteration (a *sweep*) is Bayesian backfitting, a ``lax.scan`` over the trees in a fixed order:
 
 1. partial residual ``R = y - (fit - fit_m)``;
-2. tree ``m``'s cached node statistics are recomputed on ``R`` (its rows' leaves and valid-cut
-   bounds do not depend on ``R`` and are kept);
+2. tree ``m``'s node statistics are recomputed on ``R`` (its rows' leaves and valid-cut bounds do
+   not depend on ``R`` and are kept; PG, which rebuilds the tree from the stump, skips this);
 3. one update of ``T_m`` with its leaf values integrated out (:class:`~bdtree_jax.likelihoods.
    BARTLeafNormal` with the current ``sigma2``), by the sampler named by ``tree_sampler``:
 
@@ -50,7 +50,9 @@ The latents are not kept: given the trees they are redrawn from their full condi
 sweep is a Gibbs sampler of ``p(trees, leaves, z | y)`` whose marginal in the trees is the target.
 
 State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
-(its cached statistics refer to the residual of each tree's last update), ``leaf_values (M, N)``
+(its rows' leaves, valid-cut bounds and log-prior are kept; its node statistics and
+log-likelihood are recomputed on the partial residual when the tree is visited, only as far as
+the tree sampler reads them, and are not kept between sweeps), ``leaf_values (M, N)``
 (0 off the leaves), the total fit at the training rows ``(n,)`` (recomputed exactly from the
 trees at the start of every sweep, so float32 round-off does not accumulate) and ``sigma2 ()``.
 
@@ -294,23 +296,39 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
     else:
         target = data.y
 
+    # Which cached scores the tree update reads (every sampler gets the tree's rows and bounds):
+    # grow / prune / change at a nog (the CPU path) re-score by differences from the node
+    # statistics, so they need those but not the tree's total log-likelihood; the whole-tree
+    # re-score (change higher up, swap; every move when chains are vmapped) needs both; PG rebuilds
+    # its particles from the stump and needs neither.
+    needs_stats = config.tree_sampler != "pg"
+    needs_log_lik = config.tree_sampler == "cgm" or (config.tree_sampler == "grow-prune" and not config.incremental)
+    trees = state.trees
+    stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
+
     def body(total, xs):
-        tree_state, values, u, z, k = xs
-        old = values[tree_state.leaf_id]
+        (tree, leaf_id, lo, hi, log_prior), values, u, z, k = xs
+        old = values[leaf_id]
         residual = target - (total - old)
         data_m = _residual_data(data, residual, sigma2)
-        # re-score on the residual: the rows' leaves and valid-cut bounds do not change
-        stats = subtree_sums(data_m.point_stats, tree_state.leaf_id, N)
-        # (the tree's prior does not depend on the residual: only the likelihood is re-scored)
-        log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree_state.tree))
-        tree_state = tree_state._replace(stats=stats, log_lik=log_lik)
+        # re-score on the residual: the rows' leaves and valid-cut bounds do not change, nor does
+        # the tree's prior
+        stats = subtree_sums(data_m.point_stats, leaf_id, N) if needs_stats else stale_stats
+        log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree)) if needs_log_lik else jnp.float32(0.0)
+        tree_state = cgm.CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.float32(1.0))
         new, changed = _update_tree(k, u, tree_state, data_m, config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
-        return total - old + values[new.leaf_id], (new, values, changed)
+        structure = (new.tree, new.leaf_id, new.lo, new.hi, new.log_prior)
+        return total - old + values[new.leaf_id], (structure, values, changed)
 
-    total, (trees, values, changed) = jax.lax.scan(body, total, (state.trees, state.leaf_values, uniforms, normals,
-                                                                 tree_keys))
+    structure = (trees.tree, trees.leaf_id, trees.lo, trees.hi, trees.log_prior)
+    total, (structure, values, changed) = jax.lax.scan(body, total, (structure, state.leaf_values, uniforms, normals,
+                                                                     tree_keys))
+    # the per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
+    # partial residual at every visit, so none are kept between sweeps
+    tree, leaf_id, lo, hi, log_prior = structure
+    trees = trees._replace(tree=tree, leaf_id=leaf_id, lo=lo, hi=hi, log_prior=log_prior)
     if config.binary:
         f = data.offset + total
         y = data.y
