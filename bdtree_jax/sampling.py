@@ -202,12 +202,25 @@ def run_chains(
         lambda: _block_program(algorithm, block_size, devices, chain_method),
     )
 
-    start, chunks, states = 0, [], None
+    # The traces go straight into arrays of the run's full length (allocated at the first block):
+    # no per-block list and final concatenation, whose copy doubled the peak memory of long runs.
+    start, traces, states = 0, None, None
+
+    def fill(block, at):  # block: host arrays (chains, n, ...) -> traces[:, at:at + n]
+        nonlocal traces
+        if traces is None:
+            traces = jax.tree.map(lambda a: np.empty((a.shape[0], num_iterations) + a.shape[2:], a.dtype), block)
+        jax.tree.map(lambda dst, src: dst.__setitem__((slice(None), slice(at, at + src.shape[1])), src), traces, block)
+
     if checkpoint is not None and os.path.exists(checkpoint):
         with open(checkpoint, "rb") as fh:
             saved = pickle.load(fh)
         if saved.get("ident") == ident:
-            start, chunks = saved["start"], saved["chunks"]
+            start = saved["start"]
+            at = 0
+            for chunk in saved["chunks"]:
+                fill(chunk, at)
+                at += jax.tree.leaves(chunk)[0].shape[1]
             states = _states_from_host(saved["states"])
     if states is None:
         states = init_fn(jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1), data)
@@ -222,8 +235,8 @@ def run_chains(
 
     bar = tqdm(total=num_iterations, initial=start, disable=not progress, desc=description, leave=False)
 
-    def collect(out, n_valid):  # device -> host (blocks until that block has run)
-        chunks.append(jax.tree.map(lambda a: np.asarray(a[:, :n_valid]), out))
+    def collect(out, at, n_valid):  # device -> host (blocks until that block has run)
+        fill(jax.tree.map(lambda a: np.asarray(a)[:, :n_valid], out), at)
         bar.update(n_valid)
 
     pending = None
@@ -235,17 +248,16 @@ def run_chains(
             states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid))
             if pending is not None:
                 collect(*pending)
-            pending = (out, n_valid)
+            pending = (out, start, n_valid)
             start += n_valid
             if checkpoint is not None:
                 collect(*pending)
                 pending = None
-                _write_checkpoint(checkpoint, ident, start, chunks, states)
+                _write_checkpoint(checkpoint, ident, start, [jax.tree.map(lambda a: a[:, :start], traces)], states)
         if pending is not None:
             collect(*pending)
     finally:
         bar.close()
-    traces = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *chunks)
     return traces, states
 
 
