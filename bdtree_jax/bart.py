@@ -912,8 +912,8 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     max_cuts : int or None, default 255
         Candidate cuts per feature: a feature with more distinct values keeps this many cuts at
         quantiles of its distinct values (bartz's default grid; R BART's ``usequants``), None
-        keeps every midpoint (:func:`~bdtree_jax.data.make_split_grid`).  A coarser grid fits
-        noise less: on the Friedman data of ``benchmarks/bart_speed.py`` it lowers the test error.
+        keeps every midpoint (:func:`~bdtree_jax.data.make_split_grid`).  The grid is part of the
+        prior (the rules a tree can have), and fewer cuts make the per-feature tables smaller.
     checkpoint : str or None
         Checkpoint file; an interrupted fit resumes from it.
     progress : bool or None
