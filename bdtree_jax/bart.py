@@ -84,8 +84,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._types import Array, PRNGKey
 from .estimators import _FeatureChecks
-from .data import (SPLIT_PRIORS, SplitGrid, TreeData, check_classification_y, check_regression_y, check_X,
-                   make_split_grid, make_tree_data)
+from .data import (SPLIT_PRIORS, SplitGrid, TreeData, check_classification_y, check_max_cuts, check_regression_y,
+                   check_X, make_split_grid, make_tree_data)
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
@@ -818,8 +818,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
             raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
         if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
             raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
-        if self.max_cuts is not None and (not _is_int(self.max_cuts) or self.max_cuts < 1):
-            raise ValueError(f"{name}: max_cuts must be a positive integer or None; got {self.max_cuts!r}.")
+        check_max_cuts(self.max_cuts, where=f"{name}: ")
 
         def real(attr, ok, what):
             v = getattr(self, attr)

@@ -125,6 +125,13 @@ class SplitGrid:
         return out
 
 
+def check_max_cuts(max_cuts, where: str = "") -> None:
+    """Refuse a ``max_cuts`` that is not a positive integer or None (``where`` prefixes the message)."""
+    if max_cuts is not None and (not isinstance(max_cuts, (int, np.integer)) or isinstance(max_cuts, bool)
+                                 or max_cuts < 1):
+        raise ValueError(f"{where}max_cuts must be a positive integer or None; got {max_cuts!r}.")
+
+
 def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
     """Split candidates: midpoints between consecutive distinct values of each column of X.
 
@@ -135,9 +142,7 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
     length of the stretch of the axis it stands for (half-way to its neighbouring kept cuts, the
     data's range at the ends), so the ``"range"`` split prior still weighs cuts by length.
     """
-    if max_cuts is not None and (not isinstance(max_cuts, (int, np.integer)) or isinstance(max_cuts, bool)
-                                 or max_cuts < 1):
-        raise ValueError(f"max_cuts must be a positive integer or None; got {max_cuts!r}.")
+    check_max_cuts(max_cuts)
     X = np.asarray(X, float)
     values = [np.unique(X[:, f]) for f in range(X.shape[1])]
     cuts, gaps = [], []
@@ -145,9 +150,10 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
         mid, gap = (u[:-1] + u[1:]) / 2.0, np.diff(u)
         if max_cuts is not None and len(mid) > max_cuts:
             # gap g separates u[g] and u[g + 1]: keep the gaps closing groups j = 1..max_cuts of
-            # len(u) / (max_cuts + 1) distinct values each
-            keep = np.unique(np.round(np.arange(1, max_cuts + 1) * len(u) / (max_cuts + 1)).astype(int) - 1)
-            mid = mid[np.clip(keep, 0, len(mid) - 1)]
+            # s = len(u) / (max_cuts + 1) > 1 distinct values each (s > 1, so the rounded indices
+            # are distinct and lie in 0..len(mid) - 1)
+            keep = np.round(np.arange(1, max_cuts + 1) * len(u) / (max_cuts + 1)).astype(int) - 1
+            mid = mid[keep]
             edges = np.concatenate([[u[0]], (mid[:-1] + mid[1:]) / 2.0, [u[-1]]])
             gap = np.diff(edges)
         cuts.append(mid)
