@@ -89,20 +89,23 @@ from .data import (SPLIT_PRIORS, SplitGrid, TreeData, check_classification_y, ch
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
-from .priors import TreePrior, regrow_subtree, subtree_sums
-from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth
+from .priors import TreePrior, node_lanes, regrow_subtree, subtree_sums, sum_by_lane
+from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth, tree_summaries
 
 __all__ = [
     "TREE_SAMPLERS", "OUTCOMES", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "BARTPosterior",
     "BARTClassifierPosterior", "BARTRegressor", "BARTClassifier", "bart", "build_model", "build_probit_model",
     "default_hyperparameters", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step",
-    "sum_of_trees", "trace",
+    "sum_of_trees", "trace", "SweepDraws", "draw", "step_with_draws",
 ]
 
 TREE_SAMPLERS = ("grow-prune", "cgm", "pg")
 MAX_CUTS = 255  # default candidate cuts per feature: bartz's grid (UniqueQuantileBinner, max_bins=256)
 OUTCOMES = ("continuous", "binary")
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
+#: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
+#: by tree, a float32 round-off of ~1e-7 of the residual per update).
+FIT_REFRESH = 16
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 
 
@@ -194,13 +197,17 @@ class BARTData(NamedTuple):
 
 
 class BARTState(NamedTuple):
-    """One chain: ``trees`` CGMState with leading axis M; ``leaf_values`` (M, N) float32 (0 off the
-    leaves); ``fit`` (n,) sum of the trees at the training rows; ``sigma2`` ()."""
+    """One chain: ``trees`` CGMState with leading axis M (``trees.stats[..., 0]`` holds every
+    node's row count, kept by every sweep; its other columns are scratch); ``leaf_values`` (M, N)
+    float32 (0 off the leaves); ``fit`` (n,) sum of the trees at the training rows, updated tree by
+    tree and recomputed from the trees every :data:`FIT_REFRESH` sweeps (float32 round-off does not
+    accumulate); ``sigma2`` (); ``sweeps`` () int32 sweeps done."""
 
     trees: cgm.CGMState
     leaf_values: Array
     fit: Array
     sigma2: Array
+    sweeps: Array = np.int32(0)
 
 
 class BARTInfo(NamedTuple):
@@ -277,37 +284,92 @@ def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
     n = data.y.shape[0]
     N = n_nodes(config.max_depth)
     return BARTState(trees, jnp.zeros((M, N), jnp.float32), jnp.zeros((n,), jnp.float32),
-                     jnp.asarray(data.sigma2_init, jnp.float32))
+                     jnp.asarray(data.sigma2_init, jnp.float32), jnp.int32(0))
+
+
+class SweepDraws(NamedTuple):
+    """The randomness of one sweep (:func:`draw`): ``uniforms`` (M, 5) per tree (move, node,
+    feature, cut, accept), ``normals`` (M, N) the leaf values' standard normals, ``tree_keys`` (M,)
+    PRNG keys (Particle Gibbs), ``key`` for ``sigma2`` or the probit latents."""
+
+    uniforms: Array
+    normals: Array
+    tree_keys: Array
+    key: Array
+
+
+def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
+    """The randomness of one sweep.  The driver draws it for a whole block of sweeps in one
+    vectorized call (:class:`~bdtree_jax.kernels.base.SamplingAlgorithm`), outside the loop."""
+    M = config.n_trees
+    N = n_nodes(config.max_depth)
+    k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
+    tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" else jnp.zeros((M,), jnp.uint32)
+    return SweepDraws(jax.random.uniform(k_moves, (M, 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
 
 
 def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:
     """One backfitting sweep over the trees, then ``sigma2`` (module docstring).  Binary outcome:
     the latents first (with the key a continuous sweep spends on ``sigma2``), no ``sigma2``."""
-    M = config.n_trees
-    N = n_nodes(config.max_depth)
-    k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
-    uniforms = jax.random.uniform(k_moves, (M, 5))
-    normals = jax.random.normal(k_leaves, (M, N))
-    tree_keys = jax.random.split(k_trees, M)
+    return step_with_draws(draw(key, config), state, data, config)
+
+
+def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
+                    config: BARTConfig) -> tuple[BARTState, BARTInfo]:
+    """:func:`step` given its :func:`draw`."""
+    uniforms, normals, tree_keys, k_sigma = draws
     sigma2 = state.sigma2
-    total = _tree_fits(state).sum(0)  # exact, from the trees (no accumulated round-off)
+    # the fit as carried, or every FIT_REFRESH sweeps exactly from the trees (bounded round-off)
+    total = jax.lax.cond(state.sweeps % FIT_REFRESH == 0, lambda: _tree_fits(state).sum(0), lambda: state.fit)
+    sweeps = state.sweeps + 1
     if config.binary:  # the trees' target: latent minus offset
         target = draw_latents(k_sigma, data.offset + total, data.y) - data.offset
     else:
         target = data.y
 
-    # Which cached scores the tree update reads (every sampler gets the tree's rows and bounds):
-    # grow / prune / change at a nog (the CPU path) re-score by differences from the node
-    # statistics, so they need those but not the tree's total log-likelihood; the whole-tree
-    # re-score (change higher up, swap; every move when chains are vmapped) needs both; PG rebuilds
-    # its particles from the stump and needs neither.
+    if config.tree_sampler == "grow-prune":
+        total, values, changed, trees = _grow_prune_sweep(state, data, target, total, sigma2, uniforms, normals,
+                                                          config)
+    else:
+        total, values, changed, trees = _kernel_sweep(state, data, target, total, sigma2, uniforms, normals,
+                                                      tree_keys, config)
+    if config.binary:
+        f = data.offset + total
+        y = data.y
+        log_lik = jnp.sum(log_ndtr((2.0 * y - 1.0) * f))
+        info = BARTInfo(changed, jnp.sqrt(sigma2), jnp.sqrt(jnp.mean((y - ndtr(f)) ** 2)), log_lik,
+                        jnp.mean(((f > 0) == (y > 0.5)).astype(jnp.float32)), jnp.mean(f), jnp.std(f))
+        return BARTState(trees, values, total, sigma2, sweeps), info
+    residual = data.y - total
+    if config.draws_sigma:
+        sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
+    n = residual.shape[0]
+    log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2)
+               - n * jnp.log(data.y_scale))  # density of y in its original units
+    nan = jnp.float32(jnp.nan)
+    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale,
+                    log_lik, nan, nan, nan)
+    return BARTState(trees, values, total, sigma2, sweeps), info
+
+
+def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals, tree_keys,
+                  config: BARTConfig):
+    """Backfitting with the single-tree kernel (``"cgm"``, ``"pg"``): a ``lax.scan`` over the
+    trees, each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``.
+
+    The per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
+    partial residual at every visit, only as far as the sampler reads them (CGM's local moves
+    re-score by differences from the node statistics, its whole-tree re-score needs the total
+    log-likelihood too; PG rebuilds its particles from the stump and needs neither), so none are
+    kept between sweeps."""
+    N = n_nodes(config.max_depth)
     needs_stats = config.tree_sampler != "pg"
-    needs_log_lik = config.tree_sampler == "cgm" or (config.tree_sampler == "grow-prune" and not config.incremental)
+    needs_log_lik = config.tree_sampler == "cgm"
     trees = state.trees
     stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
 
     def body(total, xs):
-        (tree, leaf_id, lo, hi, log_prior), values, u, z, k = xs
+        (tree, leaf_id, _, lo, hi, log_prior), values, u, z, k = xs
         old = values[leaf_id]
         residual = target - (total - old)
         data_m = _residual_data(data, residual, sigma2)
@@ -319,40 +381,131 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
         new, changed = _update_tree(k, u, tree_state, data_m, config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
-        structure = (new.tree, new.leaf_id, new.lo, new.hi, new.log_prior)
+        structure = (new.tree, new.leaf_id, new.stats, new.lo, new.hi, new.log_prior)
         return total - old + values[new.leaf_id], (structure, values, changed)
 
-    structure = (trees.tree, trees.leaf_id, trees.lo, trees.hi, trees.log_prior)
+    structure = (trees.tree, trees.leaf_id, trees.stats, trees.lo, trees.hi, trees.log_prior)
     total, (structure, values, changed) = jax.lax.scan(body, total, (structure, state.leaf_values, uniforms, normals,
                                                                      tree_keys))
-    # the per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
-    # partial residual at every visit, so none are kept between sweeps
-    tree, leaf_id, lo, hi, log_prior = structure
-    trees = trees._replace(tree=tree, leaf_id=leaf_id, lo=lo, hi=hi, log_prior=log_prior)
-    if config.binary:
-        f = data.offset + total
-        y = data.y
-        log_lik = jnp.sum(log_ndtr((2.0 * y - 1.0) * f))
-        info = BARTInfo(changed, jnp.sqrt(sigma2), jnp.sqrt(jnp.mean((y - ndtr(f)) ** 2)), log_lik,
-                        jnp.mean(((f > 0) == (y > 0.5)).astype(jnp.float32)), jnp.mean(f), jnp.std(f))
-        return BARTState(trees, values, total, sigma2), info
-    residual = data.y - total
-    if config.draws_sigma:
-        sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
-    n = residual.shape[0]
-    log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2)
-               - n * jnp.log(data.y_scale))  # density of y in its original units
-    nan = jnp.float32(jnp.nan)
-    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale,
-                    log_lik, nan, nan, nan)
-    return BARTState(trees, values, total, sigma2), info
+    tree, leaf_id, stats, lo, hi, log_prior = structure
+    return total, values, changed, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi,
+                                                  log_prior=log_prior)
+
+
+def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals,
+                      config: BARTConfig):
+    """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
+
+    Everything about a tree's proposal that does not depend on the residual is computed for all
+    trees at once before the sweep: the move, node and rule, the new children's bounds, prior and
+    proposal terms (:class:`~bdtree_jax.kernels.cgm.LocalProposal`), the rows' leaves in the finer
+    of the two trees (the proposed one for a grow, the current one for a prune), its leaves' row
+    counts and, with ``sigma2`` fixed during the sweep, the count-only parts of the split gain
+    and of the leaf posteriors (mean factor ``1 / (sigma2 precision)``, draw ``sd z``).  The
+    sequential ``lax.scan`` over the trees carries the residual ``target - fit`` and does only
+    what needs it: one ``segment_sum`` of the residual over the finer tree's leaves (plus the
+    tree's own old values times the counts: the partial residual's sums), the split gain from the
+    two children's sums, the accept step, the new leaf values, and one gather to update the
+    residual.  The accepted moves are then written into the trees, vectorized again.  This is
+    the same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads
+    only tree ``m``, which no earlier update of the sweep touches.  Returns ``(total,
+    leaf_values, changed, trees)``."""
+    N = n_nodes(config.max_depth)
+    xs, aux = _grow_prune_prepare(state, data, sigma2, uniforms, normals, config)
+
+    def body(resid, xs):
+        fine, slots, old, count, factor, z, node, splits, possible, a_gain, bb, other, lu, node_factor, node_z = xs
+        sums = sum_by_lane(resid, slots, N) + count * old  # the partial residual's
+        kids = jax.lax.dynamic_slice(sums, (jnp.minimum(2 * node + 1, N - 2),), (2,))
+        s_node = kids[0] + kids[1]
+        gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
+        accepted = possible & (lu < cgm._log_ratio(jnp.where(splits, gain, -gain), 0.0, other))
+        coarse = accepted != splits  # the tree after the step is the coarser one: both children
+        is_kid = ((jnp.arange(N) - (2 * node + 1)) >> 1) == 0  # carry the node's value
+        new = jnp.where(is_kid & coarse, s_node * node_factor + node_z, sums * factor + z)
+        # one output row (values, accepted): one write per tree
+        return resid + (old - new)[fine], jnp.append(new, accepted.astype(new.dtype))
+
+    resid, out = jax.lax.scan(body, target - total, xs)
+    new, changed = out[:, :N], out[:, N] > 0
+    values, trees = _grow_prune_finish(state, aux, new, changed)
+    return target - resid, values, changed, trees
+
+
+def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, normals, config: BARTConfig):
+    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal and the
+    residual-free terms of its sequential update.  Returns the scan's per-tree inputs and what
+    :func:`_grow_prune_finish` needs."""
+    N = n_nodes(config.max_depth)
+    trees = state.trees
+    td = data.tree_data
+    tau2 = td.likelihood.tau2
+    props = jax.vmap(lambda u, t: cgm.propose(u, t, td, config.cgm))(uniforms, trees)
+    node, splits = props.node, props.splits
+    left_child = 2 * node + 1
+    fine_id = jnp.where(props.in_node & splits[:, None],
+                        jnp.where(props.goes_left, left_child[:, None], left_child[:, None] + 1), trees.leaf_id)
+    # materialised once: everything below reads the rows through it (else XLA recomputes the
+    # rows' rule test inside every consumer)
+    fine_id = jax.lax.optimization_barrier(fine_id)
+    slot = jnp.arange(N)
+    is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
+    at_node = slot == node[:, None]
+    # rows per node of the finer tree: the kept counts (``trees.stats[..., 0]``) with its two
+    # children (a grow's new ones, a prune's current ones) counted from the rows
+    n_left = jnp.sum(fine_id == left_child[:, None], axis=1, dtype=jnp.float32)
+    new_kids = jnp.where(slot == left_child[:, None], n_left[:, None],
+                         jnp.take_along_axis(trees.stats[:, :, 0], node[:, None], axis=1) - n_left[:, None])
+    counts = jnp.where(is_kid, new_kids, trees.stats[:, :, 0])
+    values = state.leaf_values
+    node_value = jnp.take_along_axis(values, node[:, None], axis=1)
+    old_fine = jnp.where(is_kid & splits[:, None], node_value, values)  # a grow's children hold the node's value
+    n_kids = jnp.take_along_axis(counts, jnp.stack([left_child, left_child + 1], 1), axis=1)  # (M, 2)
+    n_all = jnp.concatenate([n_kids, n_kids.sum(1, keepdims=True)], axis=1)  # (M, 3): left, right, node
+    # leaf model (:class:`~bdtree_jax.likelihoods.BARTLeafNormal`): a leaf of n rows with residual
+    # sum S has log marginal  a(n) + b(n) S**2  (+ row terms that cancel), posterior precision
+    # 1/tau2 + n/sigma2 and mean S / (sigma2 precision)
+    log_a = -0.5 * jnp.log1p(n_all * tau2 / sigma2)
+    b = 0.5 * tau2 / (sigma2 * (sigma2 + n_all * tau2))
+    precision = 1.0 / tau2 + counts / sigma2
+    node_precision = 1.0 / tau2 + n_all[:, 2] / sigma2
+    mean_factor, draw = 1.0 / (sigma2 * precision), jax.lax.rsqrt(precision) * normals
+    node_draw = jax.lax.rsqrt(node_precision) * jnp.take_along_axis(normals, node[:, None], axis=1)[:, 0]
+    gain_counts = log_a[:, 0] + log_a[:, 1] - log_a[:, 2]
+    rest = props.d_log_prior + props.log_q_ratio
+    log_u = jnp.log(uniforms[:, 4])
+
+    xs = (fine_id, node_lanes(fine_id, N), old_fine, counts, mean_factor, draw, node, splits, props.possible, gain_counts, b, rest, log_u,
+          1.0 / (sigma2 * node_precision), node_draw)
+    return xs, (props, fine_id, counts, is_kid, at_node)
+
+
+def _grow_prune_finish(state: BARTState, aux, new, changed):
+    """The accepted moves written into the trees, vectorized: leaf values (0 off the leaves),
+    tree, rows' leaves, bounds, log-prior and row counts.  ``new`` (M, N) the values the
+    sequential pass drew on each tree's finer tree (a coarse tree's node value sits in its left
+    child's slot)."""
+    props, fine_id, counts, is_kid, at_node = aux
+    trees = state.trees
+    node, splits = props.node, props.splits
+    left_child = 2 * node + 1
+    coarse = (changed != splits)[:, None]
+    leaf = jnp.where(is_kid, ~coarse, jnp.where(at_node, coarse, jax.vmap(leaf_nodes)(trees.tree)))
+    kid_value = jnp.take_along_axis(new, left_child[:, None], axis=1)
+    values = jnp.where(leaf, jnp.where(at_node, kid_value, new), 0.0).astype(jnp.float32)
+    tree, _, lo, hi = jax.vmap(cgm.apply_local)(trees, props, changed)
+    # the rows' leaves: the finer tree's, or its two children's rows back in the node
+    leaf_id = jnp.where(coarse & (((fine_id - left_child[:, None]) >> 1) == 0), node[:, None], fine_id)
+    log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
+    rows = jnp.where(is_kid, jnp.where(coarse, 0.0, counts), counts)  # the new tree's row counts
+    stats = trees.stats.at[:, :, 0].set(rows)
+    return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior)
 
 
 def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
     """The per-iteration record (module docstring)."""
     t = state.trees.tree
-    leaves = jax.vmap(n_leaves)(t)
-    depth = jax.vmap(tree_depth)(t)
+    leaves, depth = tree_summaries(t.is_split)
     if config.binary:
         head = dict(train_accuracy=info.train_accuracy, train_log_lik=info.train_log_lik, fit_mean=info.fit_mean,
                     fit_sd=info.fit_sd)
@@ -380,13 +533,13 @@ def bart(config: BARTConfig) -> SamplingAlgorithm:
     def init_fn(key, data):
         return init(key, data, config)
 
-    def step_fn(key, state, data):
-        return step(key, state, data, config)
+    def step_fn(draws, state, data):
+        return step_with_draws(draws, state, data, config)
 
     def trace_fn(state, info):
         return trace(state, info, config)
 
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn)
+    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,17 +570,33 @@ def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConf
 def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
     """A draw of trees, leaf values and ``sigma2`` from the prior (trees grown top-down from the
     stump by :func:`~bdtree_jax.priors.regrow_subtree`, the same truncated CGM98 prior on the
-    training inputs; ``sigma2 = sigma2_init`` when ``config.sample_sigma`` is False or the outcome
-    is binary)."""
+    training inputs; with ``valid_cuts="ancestors"`` redrawn until every leaf holds
+    ``min_leaf_size`` rows, the truncation; ``sigma2 = sigma2_init`` when ``config.sample_sigma``
+    is False or the outcome is binary)."""
     M, N = config.n_trees, n_nodes(config.max_depth)
     td = data.tree_data
     stump = cgm.init(None, td, config.cgm)
     k_trees, k_leaves, k_sigma = jax.random.split(key, 3)
 
+    def grown(k_tree):
+        tree, _, _, _ = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
+                                       jax.random.uniform(k_tree, (N, 3)), td, config.min_leaf_size)
+        return cgm._score(tree, td, config.cgm, 1.0)
+
     def one(k_tree, k_leaf):
-        tree, leaf_id, lo, hi = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
-                                               jax.random.uniform(k_tree, (N, 3)), td, config.min_leaf_size)
-        state = cgm._score(tree, td, config.cgm, 1.0)
+        state = grown(k_tree)
+        if td.cut_count is not None:
+            # valid_cuts="ancestors": the generative process ignores the rows, the prior is
+            # truncated to trees whose leaves hold >= min_leaf_size rows; draw until one does
+            # (rejection sampling: exact draws from the truncated prior)
+            def redraw(carry):
+                k, _ = carry
+                k, sub = jax.random.split(k)
+                return k, grown(sub)
+
+            _, state = jax.lax.while_loop(lambda c: jnp.isneginf(c[1].log_prior), redraw,
+                                          (jax.random.fold_in(k_tree, 1), state))
+        tree = state.tree
         values = jnp.sqrt(td.likelihood.tau2) * jax.random.normal(k_leaf, (N,))
         return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
 
@@ -436,7 +605,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
         sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
     else:
         sigma2 = data.sigma2_init
-    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32))
+    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32), jnp.int32(0))
     return state._replace(fit=_tree_fits(state).sum(0))
 
 
@@ -472,14 +641,27 @@ def default_hyperparameters(X: np.ndarray, y_scaled: np.ndarray, n_trees: int, *
     return dict(tau2=float(tau**2), nu=float(nu), lam=float(lam), sigma_hat=sigma_hat)
 
 
+def _tree_prior(n_rows: int, **kw) -> TreePrior:
+    """The trees' :class:`~bdtree_jax.priors.TreePrior`; ``min_leaf_size`` may not exceed the rows
+    (with ``valid_cuts="ancestors"`` it truncates the prior to trees whose leaves hold that many,
+    which the stump then must)."""
+    prior = TreePrior(**kw)
+    if prior.min_leaf_size > n_rows:
+        raise ValueError(f"min_leaf_size={prior.min_leaf_size} exceeds the {n_rows} training rows.")
+    return prior
+
+
 def build_model(X: np.ndarray, y: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
                 beta: float = 2.0, k: float = 2.0, nu: float = 3.0, q: float = 0.9, split_prior: str = "uniform",
-                min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS) -> tuple[BARTData, dict]:
+                min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS,
+                valid_cuts: str = "data") -> tuple[BARTData, dict]:
     """Validated numpy ``X`` (n, F) and non-constant ``y`` (n,) -> (:class:`BARTData`, model dict
     with the split grid, the prior, the ``y`` rescaling and the hyperparameters).  ``max_cuts``:
-    candidate cuts per feature (:func:`~bdtree_jax.data.make_split_grid`; None: every midpoint)."""
-    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
-                      split_prior=split_prior)
+    candidate cuts per feature (:func:`~bdtree_jax.data.make_split_grid`; None: every midpoint);
+    ``valid_cuts``: a node's valid cuts from its rows ("data") or its ancestors' rules
+    ("ancestors", BayesTree's and bartz's; :mod:`bdtree_jax.priors`)."""
+    prior = _tree_prior(len(X), max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                        split_prior=split_prior, valid_cuts=valid_cuts)
     y = np.asarray(y, float)
     y_min, y_max = float(y.min()), float(y.max())
     y_offset, y_scale = 0.5 * (y_min + y_max), y_max - y_min
@@ -507,12 +689,14 @@ def probit_offset(codes: np.ndarray) -> float:
 
 def build_probit_model(X: np.ndarray, codes: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
                        beta: float = 2.0, k: float = 2.0, offset: float | None = None, split_prior: str = "uniform",
-                       min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS) -> tuple[BARTData, dict]:
+                       min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS,
+                       valid_cuts: str = "data") -> tuple[BARTData, dict]:
     """Validated numpy ``X`` (n, F) and 0/1 ``codes`` (n,) -> (:class:`BARTData` of a binary
     outcome, model dict).  Leaf prior sd ``tau = 3 / (k sqrt(n_trees))`` on the probit scale
-    (Chipman et al. 2010, §4.2), ``sigma = 1``, ``offset`` default :func:`probit_offset`."""
-    prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
-                      split_prior=split_prior)
+    (Chipman et al. 2010, §4.2), ``sigma = 1``, ``offset`` default :func:`probit_offset`;
+    ``valid_cuts`` as :func:`build_model`."""
+    prior = _tree_prior(len(X), max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                        split_prior=split_prior, valid_cuts=valid_cuts)
     codes = np.asarray(codes, np.float32)
     offset = probit_offset(codes) if offset is None else float(offset)
     tau = 3.0 / (k * np.sqrt(n_trees))

@@ -26,6 +26,7 @@ __all__ = [
     "make_tree_data",
     "cut_cumwidth",
     "SPLIT_PRIORS",
+    "VALID_CUTS",
     "check_X",
     "check_classification_y",
     "check_regression_y",
@@ -73,6 +74,12 @@ class TreeData(NamedTuple):
         ``bin_onehot[i, f, b] = 1`` iff ``bins[i, f] == b``, kept when ``min_leaf_size > 1`` and
         every feature has few bins (``B <= 64``): per-node bin histograms then give the order
         statistics of :func:`bdtree_jax.priors.level_bounds` without sorting.
+    cut_count : (F,) int32 or None
+        With the prior's ``valid_cuts="ancestors"`` (BART's rule availability; see
+        :mod:`bdtree_jax.priors`) the number of candidate cuts of every feature: the root's valid
+        cuts are ``[0, cut_count)`` and a node's follow from its ancestors' rules alone.  None
+        (``valid_cuts="data"``, CGM98): a node's valid cuts are those that split its rows.  Its
+        presence selects the rule at trace time, as the pinball tables do.
     """
 
     bins: Array
@@ -84,6 +91,7 @@ class TreeData(NamedTuple):
     cut_cumwidth: Array
     box_side: Array | None = None
     bin_onehot: Array | None = None
+    cut_count: Array | None = None
 
 
 #: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.
@@ -169,6 +177,8 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
 
 
 SPLIT_PRIORS = ("uniform", "range")
+#: Where a node's valid cuts come from: the rows it holds (CGM98) or its ancestors' rules (BART).
+VALID_CUTS = ("data", "ancestors")
 
 
 def cut_cumwidth(split_prior: str, n_features: int, n_slots: int, widths: np.ndarray | None = None) -> np.ndarray:
@@ -237,8 +247,18 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         likelihood.prepare(bins.shape[0]),
         jnp.asarray(cumwidth),
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
-        _bin_onehot(bins) if prior.min_leaf_size > 1 else None,
+        _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
+        _cut_count(bins, grid) if getattr(prior, "valid_cuts", "data") == "ancestors" else None,
     )
+
+
+def _cut_count(bins: np.ndarray, grid: "SplitGrid | None"):
+    """(F,) int32 candidate cuts per feature: the grid's, or (without a grid) the largest bin code,
+    which counts the cuts below the feature's largest value."""
+    import jax.numpy as jnp
+
+    count = grid.n_cuts if grid is not None else np.asarray(bins).max(axis=0, initial=0)
+    return jnp.asarray(np.asarray(count), jnp.int32)
 
 
 def _split_prob(prior, split_probability, pinball_tables):

@@ -100,6 +100,10 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
         with a rule whose threshold lies strictly inside a box held by its node are left out, and
         ``log_prior`` is the unconstrained prior's (renormalise over the returned trees).
 
+    With ``prior.valid_cuts == "ancestors"`` a node's cuts are those its ancestors' rules leave
+    (:mod:`bdtree_jax.priors`), and trees with a leaf of fewer than ``min_leaf_size`` rows are
+    left out; ``log_prior`` is again the untruncated prior's (renormalise).
+
     Returns
     -------
     list of ``(to_string(tree), log p(T), log p(Y | X, T))``.
@@ -114,14 +118,23 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
     point_stats = np.asarray(point_stats, float)
     m = prior.min_leaf_size
     gaps = _gaps(X)
+    ancestors = getattr(prior, "valid_cuts", "data") == "ancestors"
 
     box_list = _box_arrays(boxes, bins.shape[1])
 
-    def trees(rows: np.ndarray, depth: int, held=tuple(range(len(box_list)))):
+    def trees(rows: np.ndarray, depth: int, held=tuple(range(len(box_list))), ranges=None):
         """List of (string, log_prior, [leaf terms]) for the subtree on ``rows``; ``held``: the
-        boxes inside this node's region."""
-        options = {f: _valid_cuts(bins[rows, f], m) for f in range(bins.shape[1])}
-        options = {f: c for f, c in options.items() if c}
+        boxes inside this node's region; ``ranges``: with ``valid_cuts="ancestors"``, each
+        feature's cuts ``[lo, hi)`` left by the ancestors' rules."""
+        if ancestors:
+            if ranges is None:
+                ranges = tuple((0, int(k)) for k in grid.n_cuts)
+            options = {f: list(range(lo, hi)) for f, (lo, hi) in enumerate(ranges) if hi > lo}
+            if len(rows) < m:  # the truncation: every leaf holds >= m rows, so does every node
+                return []
+        else:
+            options = {f: _valid_cuts(bins[rows, f], m) for f in range(bins.shape[1])}
+            options = {f: c for f, c in options.items() if c}
         leaf = _leaf_terms(likelihood, point_stats[rows].sum(0))
         if depth >= prior.max_depth or not options:
             return [("L", 0.0, [leaf])]
@@ -137,8 +150,13 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
                 left = rows[bins[rows, f] <= c]
                 right = rows[bins[rows, f] > c]
                 lp_rule = math.log(p) - math.log(len(options)) + lp_cut
-                for ls, llp, lleaves in trees(left, depth + 1, held_left):
-                    for rs, rlp, rleaves in trees(right, depth + 1, held_right):
+                if ancestors:
+                    r_left = tuple((lo, c) if g == f else (lo, hi) for g, (lo, hi) in enumerate(ranges))
+                    r_right = tuple((c + 1, hi) if g == f else (lo, hi) for g, (lo, hi) in enumerate(ranges))
+                else:
+                    r_left = r_right = None
+                for ls, llp, lleaves in trees(left, depth + 1, held_left, r_left):
+                    for rs, rlp, rleaves in trees(right, depth + 1, held_right, r_right):
                         text = f"x{f}<={_fmt(grid.thresholds[f, c])}({ls},{rs})"
                         out.append((text, lp_rule + llp + rlp, lleaves + rleaves))
         return out

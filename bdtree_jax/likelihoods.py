@@ -51,6 +51,10 @@ class DirichletMultinomial:
     def n_stats(self) -> int:
         return self.n_classes
 
+    def rows(self, stats: Array) -> Array:
+        """Rows behind sufficient statistics ``stats`` (..., K) -> (...): the summed class counts."""
+        return jnp.sum(stats, axis=-1)
+
     def prepare(self, n_rows: int) -> "DirichletMultinomial":
         """A copy for data of ``n_rows`` rows that reads ``lgamma`` of the (integer) class counts
         from two tables instead of evaluating it: same values (computed in float64), a fraction of
@@ -125,6 +129,10 @@ class NormalMeanShift:
     @property
     def n_stats(self) -> int:
         return 3
+
+    def rows(self, stats: Array) -> Array:
+        """Rows behind sufficient statistics ``stats`` (..., 3) -> (...): the first column."""
+        return stats[..., 0]
 
     def prepare(self, n_rows: int) -> "NormalMeanShift":
         """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
@@ -245,6 +253,10 @@ class BARTLeafNormal:
     @property
     def n_stats(self) -> int:
         return 3
+
+    def rows(self, stats: Array) -> Array:
+        """Rows behind sufficient statistics ``stats`` (..., 3) -> (...): the first column."""
+        return stats[..., 0]
 
     def prepare(self, n_rows: int) -> "BARTLeafNormal":
         """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""

@@ -102,10 +102,14 @@ def _ancestor_table(max_depth: int) -> np.ndarray:
 
 
 def active_nodes(tree: Tree) -> Array:
-    """(N,) bool: node exists (all its ancestors split).  One gather over a static ancestor table."""
-    table = _ancestor_table(max_depth_of(tree))
-    padded = jnp.concatenate([tree.is_split, jnp.ones(1, bool)])
-    return jnp.all(padded[table], axis=-1)
+    """(N,) bool: node exists (all its ancestors split).  Level by level, each level's slots
+    repeating their parents' ``active & is_split`` (no gather: cheap when vmapped over trees)."""
+    is_split = tree.is_split
+    levels = [jnp.ones(is_split.shape[:-1] + (1,), bool)]
+    for d in range(max_depth_of(tree)):
+        parents = levels[-1] & is_split[..., 2**d - 1 : 2 ** (d + 1) - 1]
+        levels.append(jnp.repeat(parents, 2, axis=-1))
+    return jnp.concatenate(levels, axis=-1)
 
 
 def leaf_nodes(tree: Tree) -> Array:
@@ -114,13 +118,13 @@ def leaf_nodes(tree: Tree) -> Array:
 
 
 def _children_split(tree: Tree) -> tuple[Array, Array]:
-    """(N,) bool each: whether the left / right child splits (False below depth D)."""
-    n = tree.is_split.shape[-1]
-    idx = np.arange(n)
-    left = np.where(2 * idx + 1 < n, 2 * idx + 1, n)
-    right = np.where(2 * idx + 2 < n, 2 * idx + 2, n)
-    padded = jnp.concatenate([tree.is_split, jnp.zeros(1, bool)])
-    return padded[left], padded[right]
+    """(N,) bool each: whether the left / right child splits (False below depth D).  Strided
+    slices (children ``2i+1``, ``2i+2`` of the first ``(N - 1) / 2`` slots), no gather."""
+    is_split = tree.is_split
+    n = is_split.shape[-1]
+    pad = jnp.zeros(is_split.shape[:-1] + (n - (n - 1) // 2,), bool)
+    return (jnp.concatenate([is_split[..., 1::2], pad], axis=-1),
+            jnp.concatenate([is_split[..., 2::2], pad], axis=-1))
 
 
 def nog_nodes(tree: Tree) -> Array:

@@ -33,7 +33,7 @@ def toy_data():
 
 @pytest.fixture(scope="session")
 def toy_problem(toy_data):
-    """``make(task, max_depth, min_leaf_size=1, split_prior="uniform")`` -> dict with the toy
+    """``make(task, max_depth, min_leaf_size=1, split_prior="uniform", valid_cuts="data")`` -> dict with the toy
     problem's ``data`` (TreeData), ``grid``, every tree of the prior's support as ``trees``
     (``(string, log_prior, log_lik)`` from :func:`bdtree_jax.exact.enumerate_trees`), the exact
     posterior ``exact`` ({string: probability}) and ``log_z`` (log evidence)."""
@@ -46,9 +46,9 @@ def toy_problem(toy_data):
 
     X, y_class, y_reg = toy_data
 
-    def make(task, max_depth, min_leaf_size=1, split_prior="uniform"):
+    def make(task, max_depth, min_leaf_size=1, split_prior="uniform", valid_cuts="data"):
         prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size,
-                          split_prior=split_prior)
+                          split_prior=split_prior, valid_cuts=valid_cuts)
         if task == "classification":
             lik, y = DirichletMultinomial(2, 1.0), y_class
         else:

@@ -40,13 +40,13 @@ import numpy as np
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import (
-    _BIG,
     PinballTables,
     TreePrior,
     _split_mask,
+    child_bounds,
     draw_cut,
+    leaf_size_log_prior,
     log_rule_prob,
-    mask_bounds,
     log_tree_prior,
     node_bounds,
     node_stats,
@@ -57,7 +57,7 @@ from .base import SamplingAlgorithm
 
 __all__ = [
     "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
-    "build_kernel", "cgm",
+    "build_kernel", "cgm", "LocalProposal", "propose", "apply_local",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
@@ -151,10 +151,13 @@ class CGMInfo(NamedTuple):
     log_accept_ratio: Array
 
 
-def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta) -> CGMState:
-    """Complete a state from its cached statistics (no pass over the data)."""
-    log_lik = data.likelihood.log_lik(stats, leaf_nodes(tree))
+def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_size: int = 1) -> CGMState:
+    """Complete a state from its cached statistics (no pass over the data); ``min_leaf_size``
+    matters only to the ``valid_cuts="ancestors"`` truncation."""
+    is_leaf = leaf_nodes(tree)
+    log_lik = data.likelihood.log_lik(stats, is_leaf)
     log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side)
+    log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, min_leaf_size)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 
@@ -162,7 +165,7 @@ def _score(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
     """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
     leaf_id, stats = node_stats(tree, data)
     lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
-    return _with_scores(tree, leaf_id, stats, lo, hi, data, beta)
+    return _with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
 
 
 def _propose_grow(state: CGMState, node, feature, cut, data: TreeData, config: CGMConfig) -> CGMState:
@@ -173,21 +176,22 @@ def _propose_grow(state: CGMState, node, feature, cut, data: TreeData, config: C
     left, right = in_node & goes_left, in_node & ~goes_left
     stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
     stats = state.stats.at[left_child].set(stats_left).at[right_child].set(state.stats[node] - stats_left)
-    lo_l, hi_l = mask_bounds(left, data, config.min_leaf_size)
-    lo_r, hi_r = mask_bounds(right, data, config.min_leaf_size)
-    lo = state.lo.at[left_child].set(lo_l).at[right_child].set(lo_r)
-    hi = state.hi.at[left_child].set(hi_l).at[right_child].set(hi_r)
+    new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data, config.min_leaf_size)
+    lo = state.lo.at[left_child].set(new_lo[0]).at[right_child].set(new_lo[1])
+    hi = state.hi.at[left_child].set(new_hi[0]).at[right_child].set(new_hi[1])
     leaf_id = jnp.where(left, left_child, jnp.where(right, right_child, state.leaf_id))
-    return _with_scores(grow(state.tree, node, feature, cut), leaf_id, stats, lo, hi, data, state.beta)
+    return _with_scores(grow(state.tree, node, feature, cut), leaf_id, stats, lo, hi, data, state.beta,
+                        config.min_leaf_size)
 
 
-def _propose_prune(state: CGMState, node, data: TreeData) -> CGMState:
+def _propose_prune(state: CGMState, node, data: TreeData, min_leaf_size: int = 1) -> CGMState:
     """Merge the two leaf children of ``node``; the node's cached statistics are already right."""
     left_child, right_child = 2 * node + 1, 2 * node + 2
     leaf_id = jnp.where((state.leaf_id == left_child) | (state.leaf_id == right_child), node, state.leaf_id)
     zero = lambda a: a.at[left_child].set(0).at[right_child].set(0)  # noqa: E731  (canonical slots)
     return _with_scores(
-        prune(state.tree, node), leaf_id, zero(state.stats), zero(state.lo), zero(state.hi), data, state.beta
+        prune(state.tree, node), leaf_id, zero(state.stats), zero(state.lo), zero(state.hi), data, state.beta,
+        min_leaf_size,
     )
 
 
@@ -284,25 +288,6 @@ def _children_are_leaves(tree: Tree, node: Array) -> Array:
     return inside & ~jnp.any(kids)
 
 
-def _pair_bounds(left: Array, right: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
-    """Valid-cut intervals (2, F) of two disjoint row sets ``left, right`` (n,) bool, as
-    :func:`~bdtree_jax.priors.mask_bounds`; for ``min_leaf_size = 1`` both sets' minima and
-    maxima come from one masked max-reduction of ``(-bins, bins)``."""
-    if min_leaf_size > 1:
-        (lo_l, hi_l), (lo_r, hi_r) = (mask_bounds(m, data, min_leaf_size) for m in (left, right))
-        return jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
-    n_features = data.bins.shape[1]
-    # bins fit in int16 when the grid has fewer than 2**15 - 1 cut slots (static): twice the lanes
-    small = data.cut_cumwidth.shape[-1] < 2**15 - 1
-    dtype, none = (jnp.int16, -(2**15)) if small else (jnp.int32, -_BIG)
-    both = jnp.concatenate([-data.bins, data.bins], axis=1).astype(dtype)  # (n, 2F)
-    masks = jnp.stack([left, right])[:, :, None]
-    extreme = jnp.max(jnp.where(masks, both[None], jnp.asarray(none, dtype)), axis=1).astype(jnp.int32)  # (2, 2F)
-    lo, hi = -extreme[:, :n_features], extreme[:, n_features:]
-    empty = hi < 0  # no rows (bins are >= 0)
-    return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
-
-
 def _rule_probs(state, node, feature, cut, data):
     """log p_rule of the proposed and of the current rule at ``node`` (its bounds are the same
     before and after any move that draws a rule there)."""
@@ -312,10 +297,10 @@ def _rule_probs(state, node, feature, cut, data):
     return new, old
 
 
-def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, counts, log_p, counts_new, rule_new, rule_old,
-              config):
-    """The MH log-ratio of a move from ``state`` (module docstring): likelihood, prior, move
-    choice, target node and rule-proposal terms."""
+def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
+    """``log q(T | T*) - log q(T* | T)`` of a move from a tree with move ``counts`` and move
+    log-probabilities ``log_p`` to one with ``counts_new``: move choice, target node and
+    rule-proposal terms (module docstring)."""
     log_p_new = _log_move_probs(counts_new, config.move_probs)
     reverse = _REVERSE[move]
     log_q_forward = log_p[move] - jnp.log(counts[move]) + jnp.where((move == 0) | (move == 2), rule_new, 0.0)
@@ -325,13 +310,12 @@ def _mh_ratio(state, proposed_log_lik, proposed_log_prior, move, counts, log_p, 
         + jnp.where((move == 1) | (move == 2), rule_old, 0.0)
     )
     log_q_reverse = jnp.where(counts_new[reverse] > 0, log_q_reverse, -jnp.inf)
-    log_ratio = (
-        state.beta * (proposed_log_lik - state.log_lik)
-        + proposed_log_prior
-        - state.log_prior
-        + log_q_reverse
-        - log_q_forward
-    )
+    return log_q_reverse - log_q_forward
+
+
+def _log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):
+    """The MH log-ratio ``beta dlog L + dlog p + log q ratio`` (NaN, e.g. ``inf - inf``, rejects)."""
+    log_ratio = tempered_d_log_lik + d_log_prior + log_q_ratio
     return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
 
 
@@ -350,24 +334,75 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
     proposed = _score(new_tree, data, config, state.beta)
     counts_new = _targets(proposed, data).sum(1)
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
-    log_ratio = _mh_ratio(state, proposed.log_lik, proposed.log_prior, move, counts, log_p, counts_new, rule_new,
-                          rule_old, config)
+    log_ratio = _log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior,
+                           _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config))
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
 
 
-def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
-    """Grow at a leaf, prune a nog, or change the rule of a nog, touching only ``node`` and its
-    two children.
+class LocalProposal(NamedTuple):
+    """A grow at a leaf, a prune of a nog or a change of a nog's rule, apart from its likelihood.
 
-    Every quantity of the MH ratio is the current one plus a local change: the likelihood by the
-    likelihood's ``split_gain`` of the old and the new split of ``node`` (both measured from the
-    tree with ``node`` a leaf), the prior by the factors of ``node`` and its children, and the
-    move counts by the targets that can appear or disappear (``node``, its children, its parent).
-    The state is then updated in place, gated by the acceptance.
+    Nothing here depends on the rows' responses (only on the tree, its rows' leaves, its bounds
+    and the inputs), so BART proposes a move for every tree of the ensemble at once before its
+    sequential sweep (:mod:`bdtree_jax.bart`); the CGM kernel adds the likelihood from its cached
+    node statistics (:func:`_local_step`).
+
+    Attributes
+    ----------
+    move, node, feature, cut : () int32 the move, its node and the new rule (meaningless for a
+        prune).
+    splits : () bool ``node`` splits after the move (not a prune).
+    was_split : () bool ``node`` splits before the move (prune, change).
+    in_node : (n,) bool rows of ``node`` (with its children's rows when it is a nog).
+    goes_left : (n,) bool rows with ``x_feature <= cut`` (the new rule).
+    lo, hi : (2, F) int32 valid-cut bounds of ``node``'s children after the move (0 when it does
+        not split).
+    d_log_prior : () ``log p(T*) - log p(T)``.
+    log_q_ratio : () ``log q(T | T*) - log q(T* | T)`` (move choice, target node, rule).
+    possible : () bool the tree has a move at all (else nothing is proposed).
     """
+
+    move: Array
+    node: Array
+    feature: Array
+    cut: Array
+    splits: Array
+    was_split: Array
+    in_node: Array
+    goes_left: Array
+    lo: Array
+    hi: Array
+    d_log_prior: Array
+    log_q_ratio: Array
+    possible: Array
+
+
+def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig) -> LocalProposal:
+    """The response-free part of one step from its :func:`draw` (move, node and rule by inverse
+    CDF, as :func:`step_with_uniforms`), for configurations whose moves are all local: grow and
+    prune only (``move_probs`` with no change or swap, BART's grow-prune).  Reads ``state.tree``,
+    ``leaf_id``, ``lo``, ``hi`` (not ``stats``, ``log_lik`` or ``log_prior``)."""
+    if config.move_probs[2] > 0 or config.move_probs[3] > 0:
+        raise ValueError("propose() covers grow and prune only; change and swap need the whole-tree re-score "
+                         f"(move_probs={config.move_probs}).")
+    u_move, u_node, u_feature, u_cut, _ = uniforms
+    targets = _targets(state, data)
+    counts = targets.sum(1)
+    log_p = _log_move_probs(counts, config.move_probs)
+    move = _choose_move(log_p, u_move)
+    node = _pick(targets[move], u_node)
+    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
+    return _propose_local(state, move, node, feature, cut, counts, log_p, jnp.any(counts > 0), data, config)
+
+
+def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config) -> LocalProposal:
+    """:class:`LocalProposal` of a grow at a leaf, a prune of a nog or a change of a nog's rule:
+    the new children's bounds, and the prior and proposal terms of the MH ratio by their local
+    change (the node's and its children's prior factors, the move counts of the node, its
+    children and its parent)."""
     tree = state.tree
     n_nodes = tree.is_split.shape[-1]
     left_child = 2 * node + 1
@@ -375,32 +410,24 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     was_split = tree.is_split[node]  # False: grow at a leaf; True: prune or change at a nog
     splits = move != 1
 
-    # re-partition the node's rows (its children's rows when it is a nog)
+    # re-partition the node's rows (its children's rows when it is a nog); a prune has no new
+    # children
     in_node = (state.leaf_id == node) | ((((state.leaf_id - left_child) >> 1) == 0) & was_split)
-    goes_left = jnp.take(data.bins, feature, axis=1) <= cut
-
-    def resplit():  # the new children's statistics and bounds (a prune has no new children)
-        left, right = in_node & goes_left, in_node & ~goes_left
-        return (left.astype(data.point_stats.dtype) @ data.point_stats,
-                *_pair_bounds(left, right, data, config.min_leaf_size))
-
+    goes_left = data.bins.T[feature] <= cut  # a row of the transposed bins: contiguous (vmapped over trees too)
     n_features = data.bins.shape[1]
-    no_split = lambda: (jnp.zeros_like(state.stats[0]), jnp.zeros((2, n_features), jnp.int32),  # noqa: E731
-                        jnp.zeros((2, n_features), jnp.int32))
-    stats_left, new_lo, new_hi = jax.lax.cond(splits, resplit, no_split)
-    stats_node = state.stats[node]
-    new_stats = jnp.stack([stats_left, stats_node - stats_left])
+    left, right = in_node & goes_left, in_node & ~goes_left
+    if data.cut_count is not None:  # O(F), no pass over the rows: no branch needed
+        new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data, 1)
+    else:
+        new_lo, new_hi = jax.lax.cond(
+            splits,
+            lambda: child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data,
+                                 config.min_leaf_size),
+            lambda: (jnp.zeros((2, n_features), jnp.int32), jnp.zeros((2, n_features), jnp.int32)),
+        )
     start = (jnp.minimum(left_child, n_nodes - 2), 0)
-    old_stats = jax.lax.dynamic_slice(state.stats, start, (2, state.stats.shape[1]))
-    old_lo = jax.lax.dynamic_slice(state.lo, start, (2, state.lo.shape[1]))
-    old_hi = jax.lax.dynamic_slice(state.hi, start, (2, state.hi.shape[1]))
-
-    # likelihood: split gains of the old (if any) and the new (if any) split, from ``node`` a leaf
-    is_leaf = leaf_nodes(tree)
-    idx = jnp.arange(n_nodes)
-    as_leaf = jnp.where(was_split, (is_leaf & (((idx - left_child) >> 1) != 0)) | (idx == node), is_leaf)
-    gains = data.likelihood.split_gain(state.stats, as_leaf, node, jnp.stack([old_stats[0], stats_left]))
-    d_log_lik = jnp.where(splits, gains[1], 0.0) - jnp.where(was_split, gains[0], 0.0)
+    old_lo = jax.lax.dynamic_slice(state.lo, start, (2, n_features))
+    old_hi = jax.lax.dynamic_slice(state.hi, start, (2, n_features))
 
     # prior: with CGM98's split probabilities and no box constraints, the change is the factor of
     # ``node`` (leaf 1 - p, split p * p_rule) and its children's leaf factors; otherwise (pinball
@@ -428,6 +455,10 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
         old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
         new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
         d_log_prior = new_factor - old_factor
+    if data.cut_count is not None:  # the truncation: the new children hold >= min_leaf_size rows
+        kid_rows = jnp.stack([jnp.sum(left), jnp.sum(right)])
+        d_log_prior = d_log_prior + jnp.where(
+            splits, leaf_size_log_prior(kid_rows, jnp.ones(2, bool), data, config.min_leaf_size), 0.0)
 
     # move counts after the move (grow, prune, change, swap targets)
     growable_old = jnp.where(was_split, jnp.sum(can_old), 1)
@@ -441,34 +472,75 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     d_internal = grown
     d_swappable = grown * has_parent.astype(jnp.int32)
     counts_new = counts + jnp.stack([growable_new - growable_old, d_nogs, d_internal, d_swappable]).astype(counts.dtype)
+    log_q = _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config)
+    return LocalProposal(move, node, feature, cut, splits, was_split, in_node, goes_left, new_lo, new_hi, d_log_prior,
+                         log_q, any_move)
 
-    log_ratio = _mh_ratio(state, state.log_lik + d_log_lik, state.log_prior + d_log_prior, move, counts, log_p,
-                          counts_new, rule_new, rule_old, config)
+
+def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+    """Grow at a leaf, prune a nog, or change the rule of a nog, touching only ``node`` and its
+    two children.
+
+    Every quantity of the MH ratio is the current one plus a local change
+    (:func:`_propose_local`): the likelihood by the likelihood's ``split_gain`` of the old and the
+    new split of ``node`` (both measured from the tree with ``node`` a leaf), the prior by the
+    factors of ``node`` and its children, and the move counts by the targets that can appear or
+    disappear (``node``, its children, its parent).  The state is then updated in place, gated by
+    the acceptance (:func:`apply_local`).
+    """
+    prop = _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config)
+    tree = state.tree
+    n_nodes = tree.is_split.shape[-1]
+    left_child = 2 * node + 1
+    start = (jnp.minimum(left_child, n_nodes - 2), 0)
+    stats_left = (prop.in_node & prop.goes_left).astype(data.point_stats.dtype) @ data.point_stats
+    old_stats = jax.lax.dynamic_slice(state.stats, start, (2, state.stats.shape[1]))
+
+    # likelihood: split gains of the old (if any) and the new (if any) split, from ``node`` a leaf
+    is_leaf = leaf_nodes(tree)
+    idx = jnp.arange(n_nodes)
+    as_leaf = jnp.where(prop.was_split, (is_leaf & (((idx - left_child) >> 1) != 0)) | (idx == node), is_leaf)
+    gains = data.likelihood.split_gain(state.stats, as_leaf, node, jnp.stack([old_stats[0], stats_left]))
+    d_log_lik = jnp.where(prop.splits, gains[1], 0.0) - jnp.where(prop.was_split, gains[0], 0.0)
+    log_ratio = _log_ratio(state.beta * d_log_lik, prop.d_log_prior, prop.log_q_ratio)
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
 
-    # apply in place, gated by the acceptance
-    put = lambda a, v: jax.lax.dynamic_update_slice(a, v, start)  # noqa: E731
-    child_value = lambda new, old: jnp.where(accepted, jnp.where(splits, new, 0), old)  # noqa: E731
-    at_node = lambda a, v: a.at[node].set(jnp.where(accepted, v, a[node]))  # noqa: E731
-    new_tree = Tree(
-        at_node(tree.is_split, splits),
-        at_node(tree.feature, jnp.where(splits, feature, 0).astype(tree.feature.dtype)),
-        at_node(tree.cut, jnp.where(splits, cut, 0).astype(tree.cut.dtype)),
-    )
-    new_id = jnp.where(splits, jnp.where(goes_left, left_child, left_child + 1), node)
-    leaf_id = jnp.where(accepted & in_node, new_id, state.leaf_id)
+    new_tree, leaf_id, lo, hi = apply_local(state, prop, accepted)
+    new_stats = jnp.stack([stats_left, state.stats[node] - stats_left])
+    stats = jax.lax.dynamic_update_slice(
+        state.stats, jnp.where(accepted, jnp.where(prop.splits, new_stats, 0), old_stats), start)
     new_state = CGMState(
-        new_tree,
-        leaf_id.astype(state.leaf_id.dtype),
-        put(state.stats, child_value(new_stats, old_stats)),
-        put(state.lo, child_value(new_lo, old_lo)),
-        put(state.hi, child_value(new_hi, old_hi)),
+        new_tree, leaf_id, stats, lo, hi,
         state.log_lik + jnp.where(accepted, d_log_lik, 0.0),
-        state.log_prior + jnp.where(accepted, d_log_prior, 0.0),
+        state.log_prior + jnp.where(accepted, prop.d_log_prior, 0.0),
         state.beta,
     )
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
+
+
+def apply_local(state: CGMState, prop: LocalProposal, accepted: Array) -> tuple[Tree, Array, Array, Array]:
+    """The tree, rows' leaves and bounds (``lo``, ``hi``) after ``prop`` if ``accepted`` (else the
+    current ones), written in place at ``prop.node`` and its children."""
+    tree = state.tree
+    node, splits = prop.node, prop.splits
+    n_nodes = tree.is_split.shape[-1]
+    left_child = 2 * node + 1
+    start = (jnp.minimum(left_child, n_nodes - 2), 0)
+    n_features = state.lo.shape[1]
+    child_value = lambda new, old: jnp.where(accepted, jnp.where(splits, new, 0), old)  # noqa: E731
+    at_node = lambda a, v: a.at[node].set(jnp.where(accepted, v, a[node]))  # noqa: E731
+    new_tree = Tree(
+        at_node(tree.is_split, splits),
+        at_node(tree.feature, jnp.where(splits, prop.feature, 0).astype(tree.feature.dtype)),
+        at_node(tree.cut, jnp.where(splits, prop.cut, 0).astype(tree.cut.dtype)),
+    )
+    new_id = jnp.where(splits, jnp.where(prop.goes_left, left_child, left_child + 1), node)
+    leaf_id = jnp.where(accepted & prop.in_node, new_id, state.leaf_id).astype(state.leaf_id.dtype)
+    put = lambda a, v: jax.lax.dynamic_update_slice(a, v, start)  # noqa: E731
+    old = lambda a: jax.lax.dynamic_slice(a, start, (2, n_features))  # noqa: E731
+    return (new_tree, leaf_id, put(state.lo, child_value(prop.lo, old(state.lo))),
+            put(state.hi, child_value(prop.hi, old(state.hi))))
 
 
 def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> dict:

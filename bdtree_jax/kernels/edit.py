@@ -169,9 +169,10 @@ def _initial(data: EditData, config: EditConfig) -> cgm.CGMState:
 
 
 def step_with_uniforms(uniforms, state: EditState, data: EditData, config: EditConfig):
-    from ..priors import check_cgm_structure
+    from ..priors import check_cgm_structure, check_valid_cuts
 
     check_cgm_structure(data.tree_data.split_prob, "The edit prior (initial_tree)")
+    check_valid_cuts(data.tree_data, "The edit prior (initial_tree)")
     (u_kind, u_accept, u_point, u_len), u_edit, u_tail = uniforms
     K, M, q = state.n_edits, config.max_edits, config.q
     cfg, td = config.cgm, data.tree_data

@@ -84,7 +84,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import draw_cut, log_rule_prob
+from ..priors import check_valid_cuts, draw_cut, log_rule_prob
 from ..tree import change
 from . import cgm
 from .base import SamplingAlgorithm
@@ -311,6 +311,7 @@ def with_perturb(algorithm: SamplingAlgorithm | cgm.CGMConfig,
         raise TypeError(f"with_perturb needs a PerturbConfig with an algorithm; got {config!r}.")
 
     def init_fn(key, data):
+        check_valid_cuts(data, "The perturb move (proposal='cgm+perturb')")
         return init(algorithm.init(key, data), config)
 
     def draw_fn(key):

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import check_cgm_structure, regrow_subtree, subtree_sums, violates_boxes
+from ..priors import check_cgm_structure, check_valid_cuts, regrow_subtree, subtree_sums, violates_boxes
 from ..tree import active_nodes
 from . import cgm
 from .base import SamplingAlgorithm
@@ -77,6 +77,7 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: RegrowConfig
 def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: RegrowConfig):
     """One prune-and-regrow MH step; the state and info types are CGM's (``info.move`` is 0)."""
     check_cgm_structure(data.split_prob, "Prune-and-regrow (proposal 'regrow' / 'cgm+regrow')")
+    check_valid_cuts(data, "Prune-and-regrow (proposal 'regrow' / 'cgm+regrow')")
     (u_node, u_accept), sub, redraw_key = uniforms
     active = active_nodes(state.tree)
     d_old = active.sum()

@@ -58,7 +58,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import check_cgm_structure, log_cut_probs, splittable
+from ..priors import check_cgm_structure, check_valid_cuts, log_cut_probs, splittable
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 
@@ -181,6 +181,7 @@ def log_evidence(log_weight: Array, n_islands: int) -> Array:
 def init(data: TreeData, config: SMCConfig) -> SMCState:
     """Every particle at the stump, ``log w = log L(stump) - log(P / I)``."""
     check_cgm_structure(data.split_prob, "SMC (method='smc')")
+    check_valid_cuts(data, "SMC (method='smc')")
     P, I = config.num_particles, config.n_islands
     stump = cgm.init(None, data, config.cgm)
     particles = jax.tree.map(lambda a: jnp.broadcast_to(a, (P,) + jnp.shape(a)), stump)
@@ -238,6 +239,8 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
     not, and its rule) -- conditional SMC's replay; its increment is computed exactly as for a
     free particle (for the one-step-optimal proposal it does not depend on the decision)."""
     check_cgm_structure(data.split_prob, "SMC / Particle Gibbs (the top-down particle growth)")
+    if config.proposal != "prior":
+        check_valid_cuts(data, "The one-step-optimal particle proposal (proposal='posterior')")
     node, has = _next_node(state, last, data)
     p = data.split_prob[node]
     beta = state.beta
@@ -259,7 +262,10 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
         cut = jnp.where(is_reference, reference.cut[node], cut).astype(jnp.int32)
     grown = cgm._propose_grow(state, node, feature, cut, data, config.cgm)
     if config.proposal == "prior":
-        increment = jnp.where(split, beta * (grown.log_lik - state.log_lik), 0.0)
+        # valid_cuts="ancestors": the proposal draws from the untruncated prior process, so a
+        # split leaving a leaf below min_leaf_size rows (the truncated prior's 0) weighs 0
+        truncated = jnp.where(jnp.isneginf(grown.log_prior), -jnp.inf, 0.0) if data.cut_count is not None else 0.0
+        increment = jnp.where(split, beta * (grown.log_lik - state.log_lik) + truncated, 0.0)
     else:
         increment = jnp.where(has, log_total, 0.0)
     new = jax.tree.map(lambda a, b: jnp.where(split, a, b), grown, state)

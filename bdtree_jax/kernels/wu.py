@@ -133,7 +133,7 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import PinballTables, draw_cut, level_bounds, pinball_shape, subtree_sums
+from ..priors import PinballTables, check_valid_cuts, draw_cut, level_bounds, pinball_shape, subtree_sums
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
 from .base import SamplingAlgorithm
@@ -689,6 +689,7 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
     cgm_config, rconfig, n_local = config.cgm_config, config.restructure_config, config.n_local
 
     def init_fn(key, data):
+        check_valid_cuts(data, "The WU restructure (method='wu')")
         return cgm.init(key, data, cgm_config)
 
     def draw_fn(key):
