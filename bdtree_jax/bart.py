@@ -4,21 +4,22 @@ Model (Chipman, George & McCulloch 2010, "BART"; smc-pg spec §2.1–2.2)::
 
     y_i = sum_{m=1..M} g(x_i; T_m, mu_m) + eps_i,     eps_i ~ N(0, sigma2)
 
-on ``y`` rescaled to ``[-0.5, 0.5]`` by its min and max.  Every tree has the CGM98 prior of
+on ``y`` rescaled to ``[-0.5, 0.5]`` by its min and max.  Every tree has the tree prior of
 :mod:`bdtree_jax.priors` (``alpha (1 + d)**-beta``, BART's ``alpha = 0.95, beta = 2``) truncated
-at ``max_depth`` (6: a node there is a leaf; with ``beta = 2`` the cap rarely binds, and the trace
-records how often it does), leaf values ``mu ~ N(0, tau2)`` with ``tau = 0.5 / (k sqrt(M))``, and
-``sigma2 ~ nu lam / chi2_nu`` with ``lam`` such that ``P(sigma < sigma_hat) = q``, ``sigma_hat``
-the residual sd of a linear regression of (rescaled) ``y`` on ``X`` (``sd(y)`` if there are too
-few rows).
+at ``max_depth`` (5 by default, bartz's: a node there is a leaf; with ``beta = 2`` the cap rarely
+binds, and the trace records how often it does), with BART's rule availability by default
+(``valid_cuts="ancestors"``: a node's cuts are those its ancestors' rules leave, no tree has an
+empty leaf; ``"data"``: CGM98's cuts that split the node's rows), leaf values ``mu ~ N(0, tau2)``
+with ``tau = 0.5 / (k sqrt(M))``, and ``sigma2 ~ nu lam / chi2_nu`` with ``lam`` such that
+``P(sigma < sigma_hat) = q``, ``sigma_hat`` the residual sd of a linear regression of (rescaled)
+``y`` on ``X`` (``sd(y)`` if there are too few rows).
 
-One iteration (a *sweep*) is Bayesian backfitting, a ``lax.scan`` over the trees in a fixed order:
+One iteration (a *sweep*) is Bayesian backfitting, the trees updated in a fixed order:
 
 1. partial residual ``R = y - (fit - fit_m)``;
-2. tree ``m``'s node statistics are recomputed on ``R`` (its rows' leaves and valid-cut bounds do
-   not depend on ``R`` and are kept; PG, which rebuilds the tree from the stump, skips this);
-3. one update of ``T_m`` with its leaf values integrated out (:class:`~bdtree_jax.likelihoods.
-   BARTLeafNormal` with the current ``sigma2``), by the sampler named by ``tree_sampler``:
+2. one update of ``T_m`` on ``R`` with its leaf values integrated out
+   (:class:`~bdtree_jax.likelihoods.BARTLeafNormal` with the current ``sigma2``), by the sampler
+   named by ``tree_sampler``:
 
    * ``"grow-prune"``: one CGM98 Metropolis–Hastings proposal with moves (grow, prune) = (½, ½)
      (:mod:`bdtree_jax.kernels.cgm`, ``move_probs=(0.5, 0.5, 0, 0)``);
@@ -26,12 +27,19 @@ One iteration (a *sweep*) is Bayesian backfitting, a ``lax.scan`` over the trees
    * ``"pg"``: one conditional-SMC sweep with the current tree as the reference
      (:mod:`bdtree_jax.kernels.pg`, ``num_particles`` particles, prior proposal);
 
-4. the leaf values from their conjugate normal posterior; the fit is updated;
+3. the leaf values from their conjugate normal posterior; the fit is updated;
 
 and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
-``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.  Every tree update is the unchanged kernel on a
-:class:`~bdtree_jax.kernels.cgm.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
-``point_stats`` and ``likelihood`` are swapped in; every shape is fixed (``M`` trees of
+``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.
+
+``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): everything about a
+tree's proposal that does not depend on the residual (move, node, rule, new bounds, prior and
+proposal terms, the rows' leaves) is computed for all trees at once, vectorized, and a lean
+sequential ``lax.scan`` does the rest; tree ``m``'s proposal reads only tree ``m``, which no
+earlier update of the sweep touches, so this is the same chain as proposing tree by tree (tested).
+``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the unchanged single-tree kernels
+on a :class:`~bdtree_jax.kernels.cgm.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
+``point_stats`` and ``likelihood`` are swapped in.  Every shape is fixed (``M`` trees of
 ``2**(max_depth+1) - 1`` heap slots), so one run compiles once whatever the trees.
 
 Binary outcomes (``BARTConfig(outcome="binary")``, :class:`BARTClassifier`): probit BART with
@@ -50,11 +58,12 @@ The latents are not kept: given the trees they are redrawn from their full condi
 sweep is a Gibbs sampler of ``p(trees, leaves, z | y)`` whose marginal in the trees is the target.
 
 State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
-(its rows' leaves, valid-cut bounds and log-prior are kept; its node statistics and
-log-likelihood are recomputed on the partial residual when the tree is visited, only as far as
-the tree sampler reads them, and are not kept between sweeps), ``leaf_values (M, N)``
-(0 off the leaves), the total fit at the training rows ``(n,)`` (recomputed exactly from the
-trees at the start of every sweep, so float32 round-off does not accumulate) and ``sigma2 ()``.
+(its rows' leaves, valid-cut bounds, log-prior and every node's row count are kept; the residual
+statistics and log-likelihood are recomputed when the tree is visited, only as far as the tree
+sampler reads them), ``leaf_values (M, N)`` (0 off the leaves), the total fit at the training
+rows ``(n,)`` (updated tree by tree and recomputed exactly from the trees every
+:data:`FIT_REFRESH` sweeps, so float32 round-off does not accumulate), ``sigma2 ()``, the sweep
+count and every node's splittability.
 
 Trace per iteration (:func:`trace`): ``sigma``, ``train_rmse`` and ``train_log_lik`` (the normal
 log-likelihood of the training ``y``; original ``y`` units) -- for binary outcomes instead
@@ -63,8 +72,8 @@ log-likelihood of the training ``y``; original ``y`` units) -- for binary outcom
 leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
 trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
 ``(M, N)``) and ``leaf_values (M, N)`` float32, needed to predict at new inputs.  That is
-``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 203 KB
-for ``M = 200, max_depth = 6`` (1000 draws of 4 chains: 0.8 GB).  The driver records warm-up
+``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 101 KB
+for ``M = 200, max_depth = 5`` (1000 draws of 4 chains: 0.4 GB).  The driver records warm-up
 iterations too (dropped after the run).  ``BARTConfig(record_trees=False)`` keeps only the scalars.
 """
 
@@ -84,12 +93,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._types import Array, PRNGKey
 from .estimators import _FeatureChecks
-from .data import (SPLIT_PRIORS, SplitGrid, TreeData, check_classification_y, check_max_cuts, check_regression_y,
+from .data import (SPLIT_PRIORS, VALID_CUTS, SplitGrid, TreeData, check_classification_y, check_max_cuts,
+                   check_regression_y,
                    check_X, make_split_grid, make_tree_data)
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
-from .priors import TreePrior, node_lanes, regrow_subtree, subtree_sums, sum_by_lane
+from .priors import TreePrior, node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
 from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth, tree_summaries
 
 __all__ = [
@@ -133,7 +143,7 @@ class BARTConfig:
     """
 
     n_trees: int
-    max_depth: int = 6
+    max_depth: int = 5
     tree_sampler: str = "grow-prune"
     min_leaf_size: int = 1
     num_particles: int = 10
@@ -201,13 +211,16 @@ class BARTState(NamedTuple):
     node's row count, kept by every sweep; its other columns are scratch); ``leaf_values`` (M, N)
     float32 (0 off the leaves); ``fit`` (n,) sum of the trees at the training rows, updated tree by
     tree and recomputed from the trees every :data:`FIT_REFRESH` sweeps (float32 round-off does not
-    accumulate); ``sigma2`` (); ``sweeps`` () int32 sweeps done."""
+    accumulate); ``sigma2`` (); ``sweeps`` () int32 sweeps done; ``can_split`` (M, N) bool every
+    node's :func:`~bdtree_jax.priors.splittable` (kept so a sweep's proposals need not re-read the
+    (M, N, F) bounds)."""
 
     trees: cgm.CGMState
     leaf_values: Array
     fit: Array
     sigma2: Array
     sweeps: Array = np.int32(0)
+    can_split: Array | None = None
 
 
 class BARTInfo(NamedTuple):
@@ -284,7 +297,12 @@ def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
     n = data.y.shape[0]
     N = n_nodes(config.max_depth)
     return BARTState(trees, jnp.zeros((M, N), jnp.float32), jnp.zeros((n,), jnp.float32),
-                     jnp.asarray(data.sigma2_init, jnp.float32), jnp.int32(0))
+                     jnp.asarray(data.sigma2_init, jnp.float32), jnp.int32(0), _can_split(trees, data))
+
+
+def _can_split(trees: cgm.CGMState, data: BARTData) -> Array:
+    """(M, N) bool :func:`~bdtree_jax.priors.splittable` of every tree's nodes."""
+    return splittable(trees.lo, trees.hi, data.tree_data.split_prob)
 
 
 class SweepDraws(NamedTuple):
@@ -328,18 +346,19 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
         target = data.y
 
     if config.tree_sampler == "grow-prune":
-        total, values, changed, trees = _grow_prune_sweep(state, data, target, total, sigma2, uniforms, normals,
-                                                          config)
+        total, values, changed, trees, can_split = _grow_prune_sweep(state, data, target, total, sigma2, uniforms,
+                                                                     normals, config)
     else:
         total, values, changed, trees = _kernel_sweep(state, data, target, total, sigma2, uniforms, normals,
                                                       tree_keys, config)
+        can_split = _can_split(trees, data)
     if config.binary:
         f = data.offset + total
         y = data.y
         log_lik = jnp.sum(log_ndtr((2.0 * y - 1.0) * f))
         info = BARTInfo(changed, jnp.sqrt(sigma2), jnp.sqrt(jnp.mean((y - ndtr(f)) ** 2)), log_lik,
                         jnp.mean(((f > 0) == (y > 0.5)).astype(jnp.float32)), jnp.mean(f), jnp.std(f))
-        return BARTState(trees, values, total, sigma2, sweeps), info
+        return BARTState(trees, values, total, sigma2, sweeps, can_split), info
     residual = data.y - total
     if config.draws_sigma:
         sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
@@ -349,7 +368,7 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
     nan = jnp.float32(jnp.nan)
     info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale,
                     log_lik, nan, nan, nan)
-    return BARTState(trees, values, total, sigma2, sweeps), info
+    return BARTState(trees, values, total, sigma2, sweeps, can_split), info
 
 
 def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals, tree_keys,
@@ -428,8 +447,8 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
 
     resid, out = jax.lax.scan(body, target - total, xs)
     new, changed = out[:, :N], out[:, N] > 0
-    values, trees = _grow_prune_finish(state, aux, new, changed)
-    return target - resid, values, changed, trees
+    values, trees, can_split = _grow_prune_finish(state, aux, new, changed)
+    return target - resid, values, changed, trees, can_split
 
 
 def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, normals, config: BARTConfig):
@@ -440,7 +459,7 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, norm
     trees = state.trees
     td = data.tree_data
     tau2 = td.likelihood.tau2
-    props = jax.vmap(lambda u, t: cgm.propose(u, t, td, config.cgm))(uniforms, trees)
+    props = jax.vmap(lambda u, t, c: cgm.propose(u, t, td, config.cgm, c))(uniforms, trees, state.can_split)
     node, splits = props.node, props.splits
     left_child = 2 * node + 1
     fine_id = jnp.where(props.in_node & splits[:, None],
@@ -499,7 +518,13 @@ def _grow_prune_finish(state: BARTState, aux, new, changed):
     log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
     rows = jnp.where(is_kid, jnp.where(coarse, 0.0, counts), counts)  # the new tree's row counts
     stats = trees.stats.at[:, :, 0].set(rows)
-    return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior)
+    kid_can = jnp.where(jnp.arange(is_kid.shape[1]) == left_child[:, None], props.kids_can_split[:, :1],
+                        props.kids_can_split[:, 1:])
+    # the children: a grow's new ones if it is accepted, none if the tree is the coarse one, the
+    # current ones after a refused prune
+    kids = jnp.where(coarse, False, jnp.where(splits[:, None], kid_can, state.can_split))
+    can_split = jnp.where(is_kid, kids, state.can_split)
+    return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior), can_split
 
 
 def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
@@ -605,7 +630,8 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
         sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
     else:
         sigma2 = data.sigma2_init
-    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32), jnp.int32(0))
+    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32), jnp.int32(0),
+                      _can_split(trees, data))
     return state._replace(fit=_tree_fits(state).sum(0))
 
 
@@ -651,10 +677,10 @@ def _tree_prior(n_rows: int, **kw) -> TreePrior:
     return prior
 
 
-def build_model(X: np.ndarray, y: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
+def build_model(X: np.ndarray, y: np.ndarray, *, n_trees: int, max_depth: int = 5, alpha: float = 0.95,
                 beta: float = 2.0, k: float = 2.0, nu: float = 3.0, q: float = 0.9, split_prior: str = "uniform",
                 min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS,
-                valid_cuts: str = "data") -> tuple[BARTData, dict]:
+                valid_cuts: str = "ancestors") -> tuple[BARTData, dict]:
     """Validated numpy ``X`` (n, F) and non-constant ``y`` (n,) -> (:class:`BARTData`, model dict
     with the split grid, the prior, the ``y`` rescaling and the hyperparameters).  ``max_cuts``:
     candidate cuts per feature (:func:`~bdtree_jax.data.make_split_grid`; None: every midpoint);
@@ -687,10 +713,10 @@ def probit_offset(codes: np.ndarray) -> float:
     return float(np_ndtri(prop))
 
 
-def build_probit_model(X: np.ndarray, codes: np.ndarray, *, n_trees: int, max_depth: int = 6, alpha: float = 0.95,
+def build_probit_model(X: np.ndarray, codes: np.ndarray, *, n_trees: int, max_depth: int = 5, alpha: float = 0.95,
                        beta: float = 2.0, k: float = 2.0, offset: float | None = None, split_prior: str = "uniform",
                        min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS,
-                       valid_cuts: str = "data") -> tuple[BARTData, dict]:
+                       valid_cuts: str = "ancestors") -> tuple[BARTData, dict]:
     """Validated numpy ``X`` (n, F) and 0/1 ``codes`` (n,) -> (:class:`BARTData` of a binary
     outcome, model dict).  Leaf prior sd ``tau = 3 / (k sqrt(n_trees))`` on the probit scale
     (Chipman et al. 2010, §4.2), ``sigma = 1``, ``offset`` default :func:`probit_offset`;
@@ -1003,6 +1029,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
             raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
         check_max_cuts(self.max_cuts, where=f"{name}: ")
+        if not isinstance(self.valid_cuts, str) or self.valid_cuts not in VALID_CUTS:
+            raise ValueError(f"{name}: valid_cuts must be one of {VALID_CUTS}; got {self.valid_cuts!r}.")
 
         def real(attr, ok, what):
             v = getattr(self, attr)
@@ -1077,10 +1105,12 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         proposal, or one Particle Gibbs sweep (``num_particles``; Lakshminarayanan et al. 2015).
     num_warmup, num_samples, num_chains : int, default 250, 500, 2
         Sweeps discarded and kept per chain, independent chains.  Memory of the kept trees:
-        about ``n_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (203 KB at the defaults).
+        about ``n_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (101 KB at the defaults).
     seed : int, default 0
-    max_depth : int, default 6
-        Truncation of the tree prior (a node at this depth is a leaf).
+    max_depth : int, default 5
+        Truncation of the tree prior (a node at this depth is a leaf; 5 is bartz's default, whose
+        ``maxdepth=6`` counts levels; with ``beta = 2`` a node at depth 5 splits with prior
+        probability 0.026).
     alpha, beta : float, default 0.95, 2.0
         Split probability ``alpha (1 + depth)**-beta``.
     k : float, default 2.0
@@ -1097,6 +1127,12 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         quantiles of its distinct values (bartz's default grid; R BART's ``usequants``), None
         keeps every midpoint (:func:`~bdtree_jax.data.make_split_grid`).  The grid is part of the
         prior (the rules a tree can have), and fewer cuts make the per-feature tables smaller.
+    valid_cuts : {"ancestors", "data"}, default "ancestors"
+        Where a node's available cuts come from (:mod:`bdtree_jax.priors`): the range its
+        ancestors' rules leave on each feature ("ancestors", the BART prior as BayesTree, the BART
+        package and bartz implement it; a tree with an empty leaf has prior 0), or the cuts that
+        split the node's training rows ("data", CGM98's, the single-tree samplers' default).
+        "ancestors" lets a sweep propose without reading the rows (faster).
     checkpoint : str or None
         Checkpoint file; an interrupted fit resumes from it.
     progress : bool or None
@@ -1119,7 +1155,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         num_samples: int = 500,
         num_chains: int = 2,
         seed: int = 0,
-        max_depth: int = 6,
+        max_depth: int = 5,
         alpha: float = 0.95,
         beta: float = 2.0,
         k: float = 2.0,
@@ -1128,6 +1164,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         num_particles: int = 10,
         split_prior: str = "uniform",
         max_cuts: int | None = MAX_CUTS,
+        valid_cuts: str = "ancestors",
         checkpoint: str | None = None,
         progress: bool | None = None,
     ):
@@ -1146,6 +1183,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         self.num_particles = num_particles
         self.split_prior = split_prior
         self.max_cuts = max_cuts
+        self.valid_cuts = valid_cuts
         self.checkpoint = checkpoint
         self.progress = progress
 
@@ -1162,7 +1200,8 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
             raise ValueError(f"{name}: y is constant ({yv[0]!r}); BART needs a response that varies.")
         data, model = build_model(Xv, yv, n_trees=int(self.n_trees), max_depth=int(self.max_depth),
                                   alpha=float(self.alpha), beta=float(self.beta), k=float(self.k), nu=float(self.nu),
-                                  q=float(self.q), split_prior=self.split_prior, max_cuts=self.max_cuts)
+                                  q=float(self.q), split_prior=self.split_prior, max_cuts=self.max_cuts,
+                                  valid_cuts=self.valid_cuts)
         return self._run(data, model, names, "continuous",
                          ("bart", model["prior"], self.k, self.nu, self.q, self.max_cuts),
                          BARTPosterior, yv)
@@ -1190,7 +1229,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     Parameters
     ----------
     n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
-    num_particles, split_prior, max_cuts, checkpoint, progress
+    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
@@ -1217,7 +1256,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         num_samples: int = 500,
         num_chains: int = 2,
         seed: int = 0,
-        max_depth: int = 6,
+        max_depth: int = 5,
         alpha: float = 0.95,
         beta: float = 2.0,
         k: float = 2.0,
@@ -1225,6 +1264,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         num_particles: int = 10,
         split_prior: str = "uniform",
         max_cuts: int | None = MAX_CUTS,
+        valid_cuts: str = "ancestors",
         checkpoint: str | None = None,
         progress: bool | None = None,
     ):
@@ -1242,6 +1282,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         self.num_particles = num_particles
         self.split_prior = split_prior
         self.max_cuts = max_cuts
+        self.valid_cuts = valid_cuts
         self.checkpoint = checkpoint
         self.progress = progress
 
@@ -1269,7 +1310,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         data, model = build_probit_model(Xv, codes, n_trees=int(self.n_trees), max_depth=int(self.max_depth),
                                          alpha=float(self.alpha), beta=float(self.beta), k=float(self.k),
                                          offset=None if self.offset is None else float(self.offset),
-                                         split_prior=self.split_prior, max_cuts=self.max_cuts)
+                                         split_prior=self.split_prior, max_cuts=self.max_cuts,
+                                         valid_cuts=self.valid_cuts)
         self.classes_ = classes
         return self._run(data, model, names, "binary",
                          ("bart-probit", model["prior"], self.k, model["offset"], self.max_cuts),

@@ -243,8 +243,9 @@ def test_batched_sweep_is_the_tree_by_tree_chain(valid_cuts):
         np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(slow[0]), atol=1e-4)
         np.testing.assert_array_equal(np.asarray(fast[3].lo), np.asarray(slow[3].lo))
         np.testing.assert_allclose(np.asarray(fast[3].stats[..., 0]), np.asarray(slow[3].stats[..., 0]))
-        total, values, _, trees = fast
-        state = state._replace(trees=trees, leaf_values=values, fit=total)
+        np.testing.assert_array_equal(np.asarray(fast[4]), np.asarray(bart._can_split(fast[3], data)))
+        total, values, _, trees, can_split = fast
+        state = state._replace(trees=trees, leaf_values=values, fit=total, can_split=can_split)
         grown = max(grown, int(jax.vmap(leaf_nodes)(trees.tree).sum(1).max()))
     assert grown >= 3
 

@@ -203,10 +203,14 @@ def init(key: PRNGKey | None, data: TreeData, config: CGMConfig, tree: Tree | No
     return _score(tree, data, config, beta)
 
 
-def _targets(state: CGMState, data: TreeData) -> Array:
-    """(4, N) bool: the nodes each move can act on (grow, prune, change, swap)."""
+def _targets(state: CGMState, data: TreeData, can_split: Array | None = None) -> Array:
+    """(4, N) bool: the nodes each move can act on (grow, prune, change, swap).  ``can_split``
+    (N,) bool: :func:`~bdtree_jax.priors.splittable` of the nodes when the caller keeps it (BART),
+    else computed from the bounds."""
     leaf = leaf_nodes(state.tree)
-    growable = leaf & splittable(state.lo, state.hi, data.split_prob)
+    if can_split is None:
+        can_split = splittable(state.lo, state.hi, data.split_prob)
+    growable = leaf & can_split
     internal = state.tree.is_split
     return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
 
@@ -360,6 +364,7 @@ class LocalProposal(NamedTuple):
     goes_left : (n,) bool rows with ``x_feature <= cut`` (the new rule).
     lo, hi : (2, F) int32 valid-cut bounds of ``node``'s children after the move (0 when it does
         not split).
+    kids_can_split : (2,) bool whether those children are splittable (False when it does not split).
     d_log_prior : () ``log p(T*) - log p(T)``.
     log_q_ratio : () ``log q(T | T*) - log q(T* | T)`` (move choice, target node, rule).
     possible : () bool the tree has a move at all (else nothing is proposed).
@@ -375,21 +380,24 @@ class LocalProposal(NamedTuple):
     goes_left: Array
     lo: Array
     hi: Array
+    kids_can_split: Array
     d_log_prior: Array
     log_q_ratio: Array
     possible: Array
 
 
-def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig) -> LocalProposal:
+def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
+            can_split: Array | None = None) -> LocalProposal:
     """The response-free part of one step from its :func:`draw` (move, node and rule by inverse
     CDF, as :func:`step_with_uniforms`), for configurations whose moves are all local: grow and
     prune only (``move_probs`` with no change or swap, BART's grow-prune).  Reads ``state.tree``,
-    ``leaf_id``, ``lo``, ``hi`` (not ``stats``, ``log_lik`` or ``log_prior``)."""
+    ``leaf_id``, ``lo``, ``hi`` (not ``stats``, ``log_lik`` or ``log_prior``); ``can_split`` (N,)
+    the nodes' :func:`~bdtree_jax.priors.splittable` if the caller keeps it."""
     if config.move_probs[2] > 0 or config.move_probs[3] > 0:
         raise ValueError("propose() covers grow and prune only; change and swap need the whole-tree re-score "
                          f"(move_probs={config.move_probs}).")
     u_move, u_node, u_feature, u_cut, _ = uniforms
-    targets = _targets(state, data)
+    targets = _targets(state, data, can_split)
     counts = targets.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     move = _choose_move(log_p, u_move)
@@ -473,8 +481,8 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     d_swappable = grown * has_parent.astype(jnp.int32)
     counts_new = counts + jnp.stack([growable_new - growable_old, d_nogs, d_internal, d_swappable]).astype(counts.dtype)
     log_q = _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config)
-    return LocalProposal(move, node, feature, cut, splits, was_split, in_node, goes_left, new_lo, new_hi, d_log_prior,
-                         log_q, any_move)
+    return LocalProposal(move, node, feature, cut, splits, was_split, in_node, goes_left, new_lo, new_hi,
+                         can_new & splits, d_log_prior, log_q, any_move)
 
 
 def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
