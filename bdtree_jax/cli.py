@@ -47,7 +47,8 @@ import numpy as np
 __all__ = ["main", "load_config", "run_config"]
 
 _MODEL_KEYS = {
-    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "structure", "pinball_rate", "pinball_balance",
+    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "valid_cuts", "structure", "pinball_rate",
+    "pinball_balance",
     "pinball_max_leaves", "concentration", "nu", "lam", "a", "mu_bar",
     "move_probs",
     "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",

@@ -95,6 +95,10 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         How the tree prior picks a rule's cut among the chosen feature's valid cuts ("cgm",
         "smc", "pg"): uniformly (CGM98), or proportionally to the width of the cut's gap between
         consecutive distinct training values ("range", Lakshminarayanan et al. 2013).
+    valid_cuts : {"data", "ancestors"}, default "data"
+        Where a node's valid cuts come from: the cuts that split its training rows (CGM98), or
+        the range its ancestors' rules leave (BART's rule availability; ``min_leaf_size`` then
+        truncates the prior).  "ancestors": methods "cgm" and "pg" (see :func:`~bdtree_jax.sample`).
     structure : {"cgm", "pinball"}, default "cgm"
         The tree-structure prior: CGM98's split probability ``alpha (1 + depth)**-beta``, or the
         pinball prior (Wu, Tjelmeland & West 2007; the spec's [derived] parametrisation, see
@@ -192,6 +196,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         beta: float = 1.0,
         min_leaf_size: int = 1,
         split_prior: str = "uniform",
+        valid_cuts: str = "data",
         structure: str = "cgm",
         pinball_rate: float = 3.0,
         pinball_balance: float = 1.0,
@@ -231,6 +236,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         self.beta = beta
         self.min_leaf_size = min_leaf_size
         self.split_prior = split_prior
+        self.valid_cuts = valid_cuts
         self.structure = structure
         self.pinball_rate = pinball_rate
         self.pinball_balance = pinball_balance
@@ -313,6 +319,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         beta: float = 1.0,
         min_leaf_size: int = 1,
         split_prior: str = "uniform",
+        valid_cuts: str = "data",
         structure: str = "cgm",
         pinball_rate: float = 3.0,
         pinball_balance: float = 1.0,
@@ -355,6 +362,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
         self.beta = beta
         self.min_leaf_size = min_leaf_size
         self.split_prior = split_prior
+        self.valid_cuts = valid_cuts
         self.structure = structure
         self.pinball_rate = pinball_rate
         self.pinball_balance = pinball_balance

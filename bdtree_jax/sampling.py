@@ -406,7 +406,7 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
 
 def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where,
                  box_constraints=None, split_prior="uniform", structure="cgm", pinball_rate=3.0, pinball_balance=1.0,
-                 pinball_max_leaves=None):
+                 pinball_max_leaves=None, valid_cuts="data"):
     from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
     from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
     from .priors import TreePrior, box_sides
@@ -416,7 +416,8 @@ def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentra
     try:
         prior = TreePrior(max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
                           split_prior=split_prior, structure=structure, pinball_rate=pinball_rate,
-                          pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves)
+                          pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves,
+                          valid_cuts=valid_cuts)
     except ValueError as e:
         raise ValueError(where + str(e)) from None
     X, names = check_X(X, estimator=where.rstrip(": "))
@@ -466,6 +467,7 @@ def sample(
     beta: float = 1.0,
     min_leaf_size: int = 1,
     split_prior: str = "uniform",
+    valid_cuts: str = "data",
     structure: str = "cgm",
     pinball_rate: float = 3.0,
     pinball_balance: float = 1.0,
@@ -533,6 +535,13 @@ def sample(
         2013: proportional to the width of the cut's gap between consecutive distinct training
         values, i.e. ``tau ~ U(node min, node max)`` snapped to the training values' gaps; see
         :mod:`bdtree_jax.priors`).  "hmc-df", "hmc-dfi" and "pcfg" have their own priors.
+    valid_cuts : where a node's valid cuts come from (:mod:`bdtree_jax.priors`): "data" (the
+        default, CGM98: the cuts that split the node's training rows) or "ancestors" (BART's rule
+        availability: the cuts inside the range its ancestors' rules leave; ``min_leaf_size`` then
+        truncates the prior, every leaf holds at least that many rows).  "ancestors" is supported
+        by ``method="cgm"`` (``proposal="cgm"``, tempering included) and ``method="pg"``
+        (``proposal="prior"``), with ``structure="cgm"`` and without box constraints or an
+        initial tree.
     structure, pinball_rate, pinball_balance, pinball_max_leaves : the tree-structure prior,
         "cgm" (the default: CGM98's ``alpha (1+d)^-beta``) or "pinball" (Wu, Tjelmeland & West
         2007's mechanism in the spec's [derived] parametrisation, :mod:`bdtree_jax.priors`: leaves
@@ -629,6 +638,7 @@ def sample(
         raise ValueError(f"{where}split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
     _check_structure(structure, pinball_rate, pinball_balance, pinball_max_leaves, alpha, beta, method, proposal,
                      initial_tree, where)
+    _check_valid_cuts(valid_cuts, method, proposal, structure, box_constraints, initial_tree, where)
     if split_prior != "uniform" and (method in RJHMC_METHODS or method == "pcfg"):
         raise ValueError(
             f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'wu', 'smc', 'pg'); "
@@ -715,7 +725,7 @@ def sample(
         X, y, task=task, max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
         concentration=concentration, nu=nu, lam=lam, a=a, mu_bar=mu_bar, where=where,
         box_constraints=box_constraints, split_prior=split_prior, structure=structure, pinball_rate=pinball_rate,
-        pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves,
+        pinball_balance=pinball_balance, pinball_max_leaves=pinball_max_leaves, valid_cuts=valid_cuts,
     )
     edit = None
     if initial_tree is not None:
@@ -735,6 +745,26 @@ def sample(
                 proposal=proposal, betas=betas, box_constraints=box_constraints,
                 edit=None if edit is None else dict(edit, initial_tree=repr(initial_tree)))
     return posterior_from_traces(traces, num_warmup, method=method, info=info, **model)
+
+
+def _check_valid_cuts(valid_cuts, method, proposal, structure, box_constraints, initial_tree, where) -> None:
+    """``valid_cuts`` is one of :data:`~bdtree_jax.data.VALID_CUTS`, and "ancestors" goes with a
+    sampler that supports it (CGM with its own moves, Particle Gibbs with the prior proposal)."""
+    from .data import VALID_CUTS
+
+    if not isinstance(valid_cuts, str) or valid_cuts not in VALID_CUTS:
+        raise ValueError(f"{where}valid_cuts must be one of {VALID_CUTS}; got {valid_cuts!r}.")
+    if valid_cuts == "data":
+        return
+    supported = (method == "cgm" and proposal in (None, "cgm")) or (method == "pg" and proposal in (None, "prior"))
+    if not supported:
+        raise ValueError(f"{where}valid_cuts='ancestors' is supported by method='cgm' with proposal='cgm' and by "
+                         f"method='pg' with proposal='prior'; got method={method!r}, proposal={proposal!r}.")
+    for name, v in (("structure", structure != "cgm"), ("box_constraints", box_constraints is not None),
+                    ("initial_tree", initial_tree is not None)):
+        if v:
+            raise ValueError(f"{where}valid_cuts='ancestors' does not support {name} (only structure='cgm', without "
+                             "box constraints or an initial tree).")
 
 
 def _check_structure(structure, pinball_rate, pinball_balance, pinball_max_leaves, alpha, beta, method, proposal,

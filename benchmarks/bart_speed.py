@@ -76,6 +76,28 @@ import numpy as np  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 SECTIONS = ("friedman", "bcw", "hypercube")
 OUR_SAMPLERS = ("grow-prune", "cgm", "pg")
+#: Friedman rows by default: the three samplers at the estimator's defaults, and grow-prune with
+#: CGM98's rule availability and with one more level of depth (what the defaults cost).
+FRIEDMAN_ROWS = ("grow-prune", "grow-prune:valid_cuts=data", "grow-prune:max_depth=6", "cgm", "pg")
+
+
+def variant(name: str) -> tuple[str, dict]:
+    """``"grow-prune:valid_cuts=data,max_depth=6"`` -> ``("grow-prune", {"valid_cuts": "data",
+    "max_depth": 6})``: a sampler of ours with estimator keywords that differ from the defaults."""
+    sampler, _, rest = name.partition(":")
+    if sampler not in OUR_SAMPLERS:
+        raise argparse.ArgumentTypeError(f"unknown sampler {sampler!r} (one of {OUR_SAMPLERS}, optionally "
+                                         "followed by ':key=value,...')")
+    extra = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        extra[key] = int(value) if value.lstrip("-").isdigit() else value
+    return sampler, extra
+
+
+def _row_name(name: str) -> str:
+    variant(name)  # validates
+    return name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,8 +203,10 @@ def ratio(a, b) -> str:
 
 
 def _ours_estimator(cls, sampler, warmup, samples, chains, args, **extra):
+    sampler, keywords = variant(sampler)
     kw = dict(n_trees=args.trees, tree_sampler=sampler, num_warmup=warmup, num_samples=samples,
               num_chains=chains, seed=args.seed, progress=False)
+    kw.update(keywords)
     kw.update(extra)
     return cls(**kw)
 
@@ -194,7 +218,7 @@ def time_ours(cls, X, y, sampler, chains, T, args, **extra) -> dict:
         est = _ours_estimator(cls, sampler, 0, n, chains, args, **extra).fit(X, y)
         del est
 
-    r = two_lengths(run, T, compiles_per_length=False, repeats=1 if sampler == "pg" else args.repeats)
+    r = two_lengths(run, T, compiles_per_length=False, repeats=1 if variant(sampler)[0] == "pg" else args.repeats)
     r["rate"] = chains * T / r["delta"] if r["delta"] > 0 else float("nan")
     return r
 
@@ -245,7 +269,7 @@ def fit_bartz(X, y, warmup, samples, chains, args, **kw):
 
 
 def _iters(args, sampler):
-    if sampler == "pg":
+    if not sampler.startswith("bartz") and variant(sampler)[0] == "pg":
         return args.pg_warmup, args.pg_samples, args.pg_rate_iterations
     return args.warmup, args.samples, args.rate_iterations
 
@@ -272,7 +296,8 @@ def section_friedman(args) -> dict:
     C = args.chains
     for sampler in ["bartz", "bartz-chipman-sigma"] + list(args.samplers):
         W, S, T = _iters(args, sampler)
-        seeds = list(args.fit_seeds[:1] if sampler == "pg" else args.fit_seeds)
+        seeds = list(args.fit_seeds[:1] if not sampler.startswith("bartz") and variant(sampler)[0] == "pg"
+                     else args.fit_seeds)
         log(f"[friedman] {sampler}: rate T={T}, fit {W}+{S} x seeds {seeds}, {C} chain(s); load {load1():.2f}")
         per_seed = []
         try:
@@ -377,7 +402,7 @@ def section_hypercube(args) -> dict:
         picks = np.unique(np.linspace(0, 2**D - 1, args.fit_points).round().astype(int))
         rows_idx = np.array([np.flatnonzero(vertex == v)[0] for v in picks])
         for sampler in args.hypercube_samplers:
-            m = 1 if sampler == "pg" else args.hypercube_iteration_factor
+            m = 1 if variant(sampler)[0] == "pg" else args.hypercube_iteration_factor
             W, S = m * args.hypercube_warmup, m * args.hypercube_samples
             log(f"[hypercube D={D}] {sampler}: {C} chains x ({W} + {S}); load {load1():.2f}")
             kw = dict(n_trees=args.hypercube_trees, tree_sampler=sampler, num_chains=C, seed=args.seed,
@@ -457,11 +482,13 @@ def report(results: dict, args, argv) -> str:
         p(f"Test RMSE of the posterior mean against the noise-free f (var f on the test set = "
           f"{fr['var_f_test']:.1f}), and posterior mean σ, each the mean over the fit seeds (± sd of the RMSE "
           f"over seeds).  bartz: `bartz.Bart(X.T, y, num_trees={args.trees}, n_burn, n_save, seed)` with its "
-          "defaults (255 quantile cuts per feature, trees of depth ≤ 5, nodes of < 10 rows not split, σ prior "
-          "with harmonic mean var(y)); `bartz-chipman-sigma` is bartz with `sigma_scale` set to our prior's "
-          f"harmonic-mean sd ({fr['sigma_scale']:.3f}), i.e. Chipman et al.'s σ calibration from a linear fit.  "
-          "Ours: `bd.BARTRegressor` defaults (255 quantile cuts, `max_cuts=255`; depth ≤ 6; Chipman et al.'s σ "
-          "prior).")
+          "defaults (255 quantile cuts per feature, a node's cuts from its ancestors' rules, trees of depth "
+          "≤ 5, nodes of < 10 rows not split, σ prior with harmonic mean var(y)); `bartz-chipman-sigma` is bartz "
+          f"with `sigma_scale` set to our prior's harmonic-mean sd ({fr['sigma_scale']:.3f}), i.e. Chipman et "
+          "al.'s σ calibration from a linear fit.  Ours: `bd.BARTRegressor` defaults (255 quantile cuts, "
+          "`max_cuts=255`; `valid_cuts='ancestors'`, a node's cuts from its ancestors' rules, no empty leaf; depth "
+          "≤ 5; Chipman et al.'s σ prior); a row `sampler:key=value` changes one estimator parameter "
+          "(`valid_cuts=data`: CGM98's cuts that split the node's rows; `max_depth=6`: one more level).")
         p("")
         p("| sampler | chains | warm-up + saved | seeds | test RMSE vs f | RMSE / bartz | mean σ | ESS(σ) | ESS(σ)/s | "
           "it/s | it/s / bartz | compile | fit wall | load |")
@@ -578,9 +605,9 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 50 trees, few iterations (~3 min)")
     parser.add_argument("--trees", type=int, default=None, help="trees for friedman and bcw (default 200; quick 50)")
     parser.add_argument("--chains", type=int, default=1, help="chains for friedman and bcw, ours and bartz")
-    parser.add_argument("--samplers", nargs="+", choices=OUR_SAMPLERS, default=list(OUR_SAMPLERS),
+    parser.add_argument("--samplers", nargs="+", type=_row_name, default=list(FRIEDMAN_ROWS),
                         help="our tree samplers in the friedman section")
-    parser.add_argument("--bcw-samplers", nargs="+", choices=OUR_SAMPLERS, default=["grow-prune", "pg"])
+    parser.add_argument("--bcw-samplers", nargs="+", type=_row_name, default=["grow-prune", "pg"])
     parser.add_argument("--warmup", type=int, default=None, help="warm-up sweeps (grow-prune, cgm, bartz; default 1000)")
     parser.add_argument("--samples", type=int, default=None, help="saved sweeps (grow-prune, cgm, bartz; default 1000)")
     parser.add_argument("--pg-warmup", type=int, default=None, help="PG warm-up sweeps (default 250)")
@@ -605,7 +632,7 @@ def main(argv=None) -> None:
     parser.add_argument("--hypercube-beta", type=float, default=0.5,
                         help="depth penalty of the hypercube runs (pgbart CLI default 0.5; BART's is 2)")
     parser.add_argument("--hypercube-split-prior", choices=("uniform", "range"), default="range")
-    parser.add_argument("--hypercube-samplers", nargs="+", choices=OUR_SAMPLERS, default=["pg", "grow-prune"])
+    parser.add_argument("--hypercube-samplers", nargs="+", type=_row_name, default=["pg", "grow-prune"])
     parser.add_argument("--fit-points", type=int, default=4, help="training rows (vertices) whose fit ESS is taken")
     parser.add_argument("--seed", type=int, default=0, help="MCMC seed (ours and bartz)")
     parser.add_argument("--fit-seeds", type=int, nargs="+", default=None,

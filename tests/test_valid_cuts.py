@@ -268,3 +268,53 @@ def test_bad_valid_cuts_raises():
     with pytest.raises(ValueError, match="min_leaf_size=7 exceeds the 6 training rows"):
         bart.build_model(np.arange(12.0).reshape(6, 2), np.arange(6.0), n_trees=2, min_leaf_size=7,
                          valid_cuts="ancestors")
+
+
+def test_sample_and_estimators_take_valid_cuts():
+    """``bd.sample`` and the estimators pass ``valid_cuts`` to the prior: with min_leaf_size 4 no
+    draw has a leaf below 4 rows, and the draws differ from valid_cuts='data'."""
+    import bdtree_jax as bd
+
+    X, y = bd.datasets.load("iris")
+    kw = dict(max_depth=4, min_leaf_size=4, num_warmup=100, num_samples=200, num_chains=2, seed=1)
+    post = bd.sample(X, y, valid_cuts="ancestors", **kw)
+    trees = Tree(*(np.asarray(a).reshape(-1, a.shape[-1]) for a in post.trees))
+    bins = jnp.asarray(post.grid.bin(X.to_numpy()))
+    leaf_rows = jax.vmap(lambda t: jnp.bincount(leaf_index(t, bins), length=t.is_split.shape[0]))(
+        Tree(*(jnp.asarray(a) for a in trees)))
+    leaves = np.asarray(jax.vmap(leaf_nodes)(Tree(*(jnp.asarray(a) for a in trees))))
+    assert np.asarray(leaf_rows)[leaves].min() >= 4
+    other = bd.sample(X, y, valid_cuts="data", **kw)
+    assert not np.array_equal(np.asarray(post.trees.cut), np.asarray(other.trees.cut))
+    clf = bd.BayesianTreeClassifier(valid_cuts="ancestors", **kw).fit(X, y)
+    assert clf.get_params()["valid_cuts"] == "ancestors" and clf.score(X, y) > 0.9
+    reg = bd.BARTRegressor(n_trees=5, num_warmup=20, num_samples=20, num_chains=1, valid_cuts="data")
+    assert reg.fit(X.to_numpy()[:, :3], X.to_numpy()[:, 3]).score(X.to_numpy()[:, :3], X.to_numpy()[:, 3]) > 0.5
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(valid_cuts="rows"), "valid_cuts must be one of"),
+    (dict(valid_cuts="ancestors", method="smc"), "supported by method='cgm'"),
+    (dict(valid_cuts="ancestors", method="wu"), "supported by method='cgm'"),
+    (dict(valid_cuts="ancestors", method="pcfg"), "supported by method='cgm'"),
+    (dict(valid_cuts="ancestors", proposal="regrow"), "supported by method='cgm'"),
+    (dict(valid_cuts="ancestors", method="pg", proposal="posterior"), "supported by method='cgm'"),
+    (dict(valid_cuts="ancestors", structure="pinball"), "does not support structure"),
+    (dict(valid_cuts="ancestors", box_constraints=[{0: (1.0, 2.0)}]), "does not support box_constraints"),
+])
+def test_sample_refuses_unsupported_valid_cuts(kwargs, match):
+    import bdtree_jax as bd
+
+    X, y = bd.datasets.load("iris")
+    with pytest.raises(ValueError, match=match):
+        bd.sample(X, y, num_warmup=1, num_samples=1, **kwargs)
+
+
+def test_bart_estimators_refuse_a_bad_valid_cuts():
+    import bdtree_jax as bd
+
+    X = np.random.default_rng(0).uniform(size=(20, 2))
+    with pytest.raises(ValueError, match="BARTRegressor: valid_cuts must be one of"):
+        bd.BARTRegressor(valid_cuts="rows").fit(X, X[:, 0])
+    with pytest.raises(ValueError, match="BARTClassifier: valid_cuts must be one of"):
+        bd.BARTClassifier(valid_cuts=None).fit(X, X[:, 0] > 0.5)
