@@ -116,6 +116,8 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
+#: Deepest tree BART pads (the rows' leaves are kept as int16 heap slots).
+MAX_DEPTH = 14
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 
 
@@ -160,6 +162,8 @@ class BARTConfig:
             raise ValueError(f"tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
         if not _is_int(self.n_trees) or self.n_trees < 1:
             raise ValueError(f"n_trees must be an integer >= 1; got {self.n_trees!r}.")
+        if not _is_int(self.max_depth) or not 1 <= self.max_depth <= MAX_DEPTH:
+            raise ValueError(f"max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
         if not _is_int(self.num_particles) or self.num_particles < 1:
             raise ValueError(f"num_particles must be an integer >= 1; got {self.num_particles!r}.")
 
@@ -291,13 +295,19 @@ def _update_tree(key, uniforms, state: cgm.CGMState, data: TreeData, config: BAR
 def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
     """Every tree a stump with leaf value 0, ``sigma2 = sigma2_init``.  ``key`` is unused."""
     del key
-    stump = cgm.init(None, data.tree_data, config.cgm)
+    stump = _narrow_ids(cgm.init(None, data.tree_data, config.cgm))
     M = config.n_trees
     trees = jax.tree.map(lambda a: jnp.broadcast_to(a, (M,) + jnp.shape(a)), stump)
     n = data.y.shape[0]
     N = n_nodes(config.max_depth)
     return BARTState(trees, jnp.zeros((M, N), jnp.float32), jnp.zeros((n,), jnp.float32),
                      jnp.asarray(data.sigma2_init, jnp.float32), jnp.int32(0), _can_split(trees, data))
+
+
+def _narrow_ids(trees: cgm.CGMState) -> cgm.CGMState:
+    """The rows' leaves as int16 (heap slots fit for ``max_depth <= 14``): the (M, n) array a
+    sweep reads and writes several times."""
+    return trees._replace(leaf_id=trees.leaf_id.astype(jnp.int16))
 
 
 def _can_split(trees: cgm.CGMState, data: BARTData) -> Array:
@@ -400,7 +410,7 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
         new, changed = _update_tree(k, u, tree_state, data_m, config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
-        structure = (new.tree, new.leaf_id, new.stats, new.lo, new.hi, new.log_prior)
+        structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.stats, new.lo, new.hi, new.log_prior)
         return total - old + values[new.leaf_id], (structure, values, changed)
 
     structure = (trees.tree, trees.leaf_id, trees.stats, trees.lo, trees.hi, trees.log_prior)
@@ -466,7 +476,7 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, norm
                         jnp.where(props.goes_left, left_child[:, None], left_child[:, None] + 1), trees.leaf_id)
     # materialised once: everything below reads the rows through it (else XLA recomputes the
     # rows' rule test inside every consumer)
-    fine_id = jax.lax.optimization_barrier(fine_id)
+    fine_id = jax.lax.optimization_barrier(fine_id.astype(jnp.int16))
     slot = jnp.arange(N)
     is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
     at_node = slot == node[:, None]
@@ -515,6 +525,7 @@ def _grow_prune_finish(state: BARTState, aux, new, changed):
     tree, _, lo, hi = jax.vmap(cgm.apply_local)(trees, props, changed)
     # the rows' leaves: the finer tree's, or its two children's rows back in the node
     leaf_id = jnp.where(coarse & (((fine_id - left_child[:, None]) >> 1) == 0), node[:, None], fine_id)
+    leaf_id = leaf_id.astype(trees.leaf_id.dtype)
     log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
     rows = jnp.where(is_kid, jnp.where(coarse, 0.0, counts), counts)  # the new tree's row counts
     stats = trees.stats.at[:, :, 0].set(rows)
@@ -626,6 +637,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
         return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
 
     trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M))
+    trees = _narrow_ids(trees)
     if config.draws_sigma:
         sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
     else:
@@ -1024,6 +1036,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                 raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
         if not _is_int(self.seed):
             raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
+        if self.max_depth > MAX_DEPTH:
+            raise ValueError(f"{name}: max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
         if self.tree_sampler not in TREE_SAMPLERS:
             raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
         if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:

@@ -364,7 +364,8 @@ def node_lanes(node: Array, n_nodes: int) -> Array:
     for row ``i`` (computed once when the same rows are summed many times)."""
     n = node.shape[-1]
     lanes = min(SCATTER_LANES, n)
-    return node.astype(jnp.int32) + (jnp.arange(n, dtype=jnp.int32) % lanes) * n_nodes
+    dtype = jnp.int16 if lanes * n_nodes < 2**15 else jnp.int32
+    return node.astype(dtype) + ((jnp.arange(n, dtype=jnp.int32) % lanes) * n_nodes).astype(dtype)
 
 
 def sum_by_lane(values: Array, slots: Array, n_nodes: int) -> Array:

@@ -336,6 +336,7 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
         edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
         new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
     proposed = _score(new_tree, data, config, state.beta)
+    proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))  # BART keeps int16
     counts_new = _targets(proposed, data).sum(1)
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
     log_ratio = _log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior,
