@@ -482,7 +482,11 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, norm
     at_node = slot == node[:, None]
     # rows per node of the finer tree: the kept counts (``trees.stats[..., 0]``) with its two
     # children (a grow's new ones, a prune's current ones) counted from the rows
-    n_left = jnp.sum(fine_id == left_child[:, None], axis=1, dtype=jnp.float32)
+    if props.kid_rows is not None:  # a grow's new children (counted by the proposal), a prune's current ones
+        kept = jnp.take_along_axis(trees.stats[:, :, 0], left_child[:, None], axis=1)[:, 0]
+        n_left = jnp.where(splits, props.kid_rows[:, 0].astype(jnp.float32), kept)
+    else:
+        n_left = jnp.sum(fine_id == left_child[:, None], axis=1, dtype=jnp.float32)
     new_kids = jnp.where(slot == left_child[:, None], n_left[:, None],
                          jnp.take_along_axis(trees.stats[:, :, 0], node[:, None], axis=1) - n_left[:, None])
     counts = jnp.where(is_kid, new_kids, trees.stats[:, :, 0])

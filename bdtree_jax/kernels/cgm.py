@@ -369,6 +369,8 @@ class LocalProposal(NamedTuple):
     d_log_prior : () ``log p(T*) - log p(T)``.
     log_q_ratio : () ``log q(T | T*) - log q(T* | T)`` (move choice, target node, rule).
     possible : () bool the tree has a move at all (else nothing is proposed).
+    kid_rows : (2,) int32 rows of the new children (computed for ``valid_cuts="ancestors"``, whose
+        truncation needs them; None otherwise).
     """
 
     move: Array
@@ -385,6 +387,7 @@ class LocalProposal(NamedTuple):
     d_log_prior: Array
     log_q_ratio: Array
     possible: Array
+    kid_rows: Array | None = None
 
 
 def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
@@ -407,6 +410,13 @@ def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
     return _propose_local(state, move, node, feature, cut, counts, log_p, jnp.any(counts > 0), data, config)
 
 
+def _bins_by_feature(data: TreeData) -> Array:
+    """(F, n) the bins transposed, so one feature's are contiguous (a proposal reads one row; many
+    when vmapped over trees), in int16 when the grid allows (half the bytes)."""
+    small = data.cut_cumwidth.shape[-1] < 2**15 - 1
+    return data.bins.T.astype(jnp.int16 if small else jnp.int32)
+
+
 def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config) -> LocalProposal:
     """:class:`LocalProposal` of a grow at a leaf, a prune of a nog or a change of a nog's rule:
     the new children's bounds, and the prior and proposal terms of the MH ratio by their local
@@ -422,7 +432,7 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     # re-partition the node's rows (its children's rows when it is a nog); a prune has no new
     # children
     in_node = (state.leaf_id == node) | ((((state.leaf_id - left_child) >> 1) == 0) & was_split)
-    goes_left = data.bins.T[feature] <= cut  # a row of the transposed bins: contiguous (vmapped over trees too)
+    goes_left = _bins_by_feature(data)[feature] <= cut
     n_features = data.bins.shape[1]
     left, right = in_node & goes_left, in_node & ~goes_left
     if data.cut_count is not None:  # O(F), no pass over the rows: no branch needed
@@ -464,8 +474,9 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
         old_factor = jnp.where(was_split, jnp.log(p_node) + rule_old + kids(can_old), leaf_factor)
         new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
         d_log_prior = new_factor - old_factor
+    kid_rows = None
     if data.cut_count is not None:  # the truncation: the new children hold >= min_leaf_size rows
-        kid_rows = jnp.stack([jnp.sum(left), jnp.sum(right)])
+        kid_rows = jnp.sum(jnp.stack([left, right]), axis=1, dtype=jnp.int32)  # one pass over the rows
         d_log_prior = d_log_prior + jnp.where(
             splits, leaf_size_log_prior(kid_rows, jnp.ones(2, bool), data, config.min_leaf_size), 0.0)
 
@@ -483,7 +494,7 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     counts_new = counts + jnp.stack([growable_new - growable_old, d_nogs, d_internal, d_swappable]).astype(counts.dtype)
     log_q = _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config)
     return LocalProposal(move, node, feature, cut, splits, was_split, in_node, goes_left, new_lo, new_hi,
-                         can_new & splits, d_log_prior, log_q, any_move)
+                         can_new & splits, d_log_prior, log_q, any_move, kid_rows)
 
 
 def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
