@@ -59,22 +59,25 @@ def test_bounds_are_the_ancestors_ranges_and_regrow_keeps_them():
     N = stump.tree.is_split.shape[0]
 
     @jax.jit
-    def draw(key):
-        return regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
-                              jax.random.uniform(key, (N, 3)), data, 1)
+    def draws(keys):
+        def one(key):
+            tree, leaf_id, lo, hi = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
+                                                   jax.random.uniform(key, (N, 3)), data, 1)
+            return tree, leaf_id, lo, hi, ancestor_bounds(tree, data.cut_count), leaf_index(tree, data.bins)
 
+        return jax.vmap(one)(keys)
+
+    trees, leaf_ids, los, his, (got_los, got_his), want_ids = jax.tree.map(
+        np.asarray, draws(jax.random.split(jax.random.key(0), 30)))
     sizes = []
     for i in range(30):
-        tree, leaf_id, lo, hi = draw(jax.random.key(i))
-        sizes.append(int(leaf_nodes(tree).sum()))
+        tree = Tree(*(a[i] for a in trees))
+        sizes.append(int(np.asarray(leaf_nodes(tree)).sum()))
         want_lo, want_hi = _reference_bounds(tree, grid.n_cuts)
         active = np.asarray(leaf_nodes(tree) | tree.is_split)
-        np.testing.assert_array_equal(np.asarray(lo)[active], want_lo[active])
-        np.testing.assert_array_equal(np.asarray(hi)[active], want_hi[active])
-        got_lo, got_hi = ancestor_bounds(tree, data.cut_count)
-        np.testing.assert_array_equal(np.asarray(got_lo)[active], want_lo[active])
-        np.testing.assert_array_equal(np.asarray(got_hi)[active], want_hi[active])
-        np.testing.assert_array_equal(np.asarray(leaf_id), np.asarray(leaf_index(tree, data.bins)))
+        for got, want in ((los[i], want_lo), (his[i], want_hi), (got_los[i], want_lo), (got_his[i], want_hi)):
+            np.testing.assert_array_equal(got[active], want[active])
+        np.testing.assert_array_equal(leaf_ids[i], want_ids[i])
     assert max(sizes) >= 4  # the draws did grow trees
 
 
@@ -174,6 +177,7 @@ def _tiny_bart(valid_cuts, n_trees=1, n=6, seed=3, sample_sigma=False, sampler="
     return X, grid, prior, data, config
 
 
+@pytest.mark.slow
 def test_one_tree_bart_sweep_matches_enumeration():
     """M = 1, sigma2 fixed: the batched grow-prune sweep's trees follow p(T) p(y | T) under the
     ancestors prior (scipy's MVN marginal per leaf, independent of the sampler's algebra).
@@ -211,7 +215,7 @@ def test_one_tree_bart_sweep_matches_enumeration():
     assert tv_distance(freqs, exact(TreePrior(max_depth=2, alpha=0.95, beta=1.0))) > 2 * tv
 
 
-@pytest.mark.parametrize("valid_cuts", ["data", "ancestors"])
+@pytest.mark.parametrize("valid_cuts", [pytest.param("data", marks=pytest.mark.slow), "ancestors"])
 def test_batched_sweep_is_the_tree_by_tree_chain(valid_cuts):
     """The grow-prune sweep proposes for every tree before its sequential pass; tree m's
     proposal reads only tree m, so it must be the chain of proposing and accepting tree by tree
@@ -270,13 +274,14 @@ def test_bad_valid_cuts_raises():
                          valid_cuts="ancestors")
 
 
+@pytest.mark.slow
 def test_sample_and_estimators_take_valid_cuts():
     """``bd.sample`` and the estimators pass ``valid_cuts`` to the prior: with min_leaf_size 4 no
     draw has a leaf below 4 rows, and the draws differ from valid_cuts='data'."""
     import bdtree_jax as bd
 
     X, y = bd.datasets.load("iris")
-    kw = dict(max_depth=4, min_leaf_size=4, num_warmup=100, num_samples=200, num_chains=2, seed=1)
+    kw = dict(max_depth=4, min_leaf_size=4, num_warmup=50, num_samples=100, num_chains=2, seed=1)
     post = bd.sample(X, y, valid_cuts="ancestors", **kw)
     trees = Tree(*(np.asarray(a).reshape(-1, a.shape[-1]) for a in post.trees))
     bins = jnp.asarray(post.grid.bin(X.to_numpy()))

@@ -208,6 +208,7 @@ def test_regressor_end_to_end():
     assert 0.8 <= np.mean((y[200:] >= lo) & (y[200:] <= hi)) <= 0.98
 
 
+@pytest.mark.slow
 def test_draws_do_not_depend_on_the_number_of_chains(tiny):
     X, y = tiny
     algorithm = rjhmc(_config("dfi"))
