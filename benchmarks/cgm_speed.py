@@ -19,7 +19,7 @@ Everything is measured in one process (except the cold fit, which is a fresh sub
 Usage::
 
     python benchmarks/cgm_speed.py --quick      # smoke run (~1-2 min)
-    python benchmarks/cgm_speed.py              # full run (~5-10 min on 2 cores)
+    python benchmarks/cgm_speed.py              # full run (~10 min on 2 cores; timed runs of 0.2-3 s)
     python benchmarks/cgm_speed.py --check      # also the NumPy-vs-exact self-check (+~40 s)
 
 Machine noise on a shared 2-core box is 10-30 %: compare numbers from one run.
@@ -232,11 +232,11 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fast smoke run (fewer chains and iterations)")
     parser.add_argument("--chains", type=str, default=None, help="comma-separated chain counts (default 1,4,16,64)")
     parser.add_argument("--bartz-chains", type=str, default=None, help="default: same as --chains")
-    parser.add_argument("--iterations", type=int, default=None, help="T; rates use runs of T and 2T (default 2000)")
+    parser.add_argument("--iterations", type=int, default=None, help="T; rates use runs of T and 2T (default 5000)")
     parser.add_argument("--bartz-iterations", type=int, default=None, help="T for bartz (default: same as ours)")
     parser.add_argument("--block-size", type=int, default=500, help="run_chains block size (fixed)")
     parser.add_argument("--min-proposals", type=int, default=None,
-                        help="T >= this / chains for small chain counts (default 8000; quick 1000)")
+                        help="T >= this / chains for small chain counts (default 40000; quick 1000)")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings per length; the minimum is used")
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
     parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default=None,
@@ -255,8 +255,8 @@ def main(argv=None):
         cold = (200, 200)
     else:
         chains = [1, 4, 16, 64]
-        T = args.iterations or 2000
-        min_prop = args.min_proposals or 8000
+        T = args.iterations or 5000
+        min_prop = args.min_proposals or 40000
         np_T, np_burn = args.numpy_iterations or 5000, 2000
         cold = (1000, 1000)
     if args.chains:

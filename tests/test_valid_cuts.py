@@ -1,7 +1,8 @@
 """``valid_cuts="ancestors"``: BART's rule availability (a node's cuts are those its ancestors'
-rules leave; ``min_leaf_size`` truncates the prior).  Bounds against a direct computation, the
-incremental CGM state against a full re-score, CGM, Particle Gibbs and a one-tree BART sweep
-against exact enumeration, and the samplers that do not support it raise."""
+rules leave; ``min_leaf_size`` truncates the prior).  Bounds against a direct computation, CGM,
+Particle Gibbs and a one-tree BART sweep against exact enumeration, the batched BART sweep
+against the tree-by-tree chain, and the samplers that do not support it raise.  (The incremental
+CGM state against a full re-score: ``tests/kernels/test_cgm.py``.)"""
 
 import jax
 import jax.numpy as jnp
@@ -79,33 +80,6 @@ def test_bounds_are_the_ancestors_ranges_and_regrow_keeps_them():
             np.testing.assert_array_equal(got[active], want[active])
         np.testing.assert_array_equal(leaf_ids[i], want_ids[i])
     assert max(sizes) >= 4  # the draws did grow trees
-
-
-@pytest.mark.parametrize("min_leaf_size", [1, 3])
-def test_incremental_state_equals_full_rescore(min_leaf_size):
-    """Grow, prune and change at a nog update the cached bounds, statistics and prior in place;
-    after every step they must equal a from-scratch computation, and no visited tree has a leaf
-    below ``min_leaf_size`` rows (the truncation)."""
-    X, y, grid, data, prior = _problem(min_leaf_size=min_leaf_size)
-    config = cgm.CGMConfig.from_prior(prior)
-
-    def run(key):
-        def body(state, i):
-            new, info = cgm.step(jax.random.fold_in(key, i), state, data, config)
-            return new, (new, cgm._score(new.tree, data, config, 1.0), info.move, info.accepted)
-
-        return jax.lax.scan(body, cgm.init(None, data, config), jnp.arange(600))[1]
-
-    states, full, moves, accepted = jax.jit(run)(jax.random.key(min_leaf_size))
-    assert int((accepted & (moves == 0)).sum()) > 5 and int((accepted & (moves == 1)).sum()) > 5
-    for a, b in zip(jax.tree.leaves(states), jax.tree.leaves(full)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)
-    assert np.all(np.isfinite(np.asarray(states.log_prior)))
-    rows = np.asarray(states.stats).sum(-1)
-    leaves = np.asarray(jax.vmap(leaf_nodes)(states.tree))
-    assert rows[leaves].min() >= min_leaf_size
-    # some proposals were refused by the truncation alone: a grow leaving a child too small
-    assert int(((moves == 0) & ~accepted).sum()) > 0
 
 
 @pytest.mark.parametrize("min_leaf_size,max_depth", [(1, 2), (2, 3)])

@@ -13,7 +13,7 @@ from bdtree_jax.kernels import cgm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, to_string
+from bdtree_jax.tree import Tree, leaf_nodes, to_string
 
 
 # 16 chains x 30,000 iterations: with the ~30 % acceptance on these problems the expected TV
@@ -82,19 +82,22 @@ def test_moves_are_reversible_pairs(toy_data):
     assert checked >= 10
 
 
+@pytest.mark.parametrize("valid_cuts", ["data", "ancestors"])
 @pytest.mark.parametrize("min_leaf_size", [1, 3])
-def test_incremental_state_equals_full_rescore(min_leaf_size):
-    """Grow and prune update the cached statistics of the touched nodes only; after every step the
-    cache must equal a from-scratch computation on the new tree."""
+def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
+    """Grow, prune and change at a nog update the cached statistics, bounds and prior of the
+    touched nodes only; after every step the cache must equal a from-scratch computation on the
+    new tree, and (``valid_cuts="ancestors"``: a truncation there) no leaf holds fewer than
+    ``min_leaf_size`` rows."""
     import bdtree_jax as bd
 
     X, y = bd.datasets.load("iris")
     X = X.to_numpy()
     _, codes = np.unique(y, return_inverse=True)
-    prior = TreePrior(max_depth=4, min_leaf_size=min_leaf_size)
+    prior = TreePrior(max_depth=4, min_leaf_size=min_leaf_size, valid_cuts=valid_cuts)
     lik = DirichletMultinomial(3)
     grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), codes, prior, lik)
+    data = make_tree_data(grid.bin(X), codes, prior, lik, grid=grid)
     config = cgm.CGMConfig.from_prior(prior)
 
     def run(key):
@@ -108,6 +111,9 @@ def test_incremental_state_equals_full_rescore(min_leaf_size):
     assert int((accepted & (moves == 0)).sum()) > 5 and int((accepted & (moves == 1)).sum()) > 5
     for a, b in zip(jax.tree.leaves(states), jax.tree.leaves(full)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)
+    assert np.all(np.isfinite(np.asarray(states.log_prior)))
+    leaves = np.asarray(jax.vmap(leaf_nodes)(states.tree))
+    assert np.asarray(states.stats).sum(-1)[leaves].min() >= min_leaf_size
 
 
 @pytest.mark.slow
