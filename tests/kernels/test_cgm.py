@@ -105,7 +105,7 @@ def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
             new, info = cgm.step(jax.random.fold_in(key, i), state, data, config)
             return new, (new, cgm._score(new.tree, data, config, 1.0), info.move, info.accepted)
 
-        return jax.lax.scan(body, cgm.init(None, data, config), jnp.arange(400))[1]
+        return jax.lax.scan(body, cgm.init(None, data, config), jnp.arange(800))[1]
 
     states, full, moves, accepted = jax.jit(run)(jax.random.key(min_leaf_size))
     assert int((accepted & (moves == 0)).sum()) > 5 and int((accepted & (moves == 1)).sum()) > 5
