@@ -259,15 +259,9 @@ def step_with_uniforms(
 ) -> tuple[CGMState, CGMInfo]:
     """:func:`step` given its :func:`draw`; the discrete choices are made by inverse CDF, so the
     step needs no other randomness."""
-    u_move, u_node, u_feature, u_cut, u_accept = uniforms
+    u_accept = uniforms[4]
     tree = state.tree
-    targets = _targets(state, data)
-    counts = targets.sum(1)
-    log_p = _log_move_probs(counts, config.move_probs)
-    any_move = jnp.any(counts > 0)
-    move = _choose_move(log_p, u_move)
-    node = _pick(targets[move], u_node)
-    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
+    move, node, feature, cut, counts, log_p, any_move = _choose(uniforms, state, data, config)
 
     if config.incremental:
         # Grow, prune and a change at a nog only touch one node and its two children: re-score
@@ -400,14 +394,23 @@ def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
     if config.move_probs[2] > 0 or config.move_probs[3] > 0:
         raise ValueError("propose() covers grow and prune only; change and swap need the whole-tree re-score "
                          f"(move_probs={config.move_probs}).")
-    u_move, u_node, u_feature, u_cut, _ = uniforms
+    move, node, feature, cut, counts, log_p, any_move = _choose(uniforms, state, data, config, can_split)
+    return _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config)
+
+
+def _choose(uniforms, state, data, config, can_split=None):
+    """The move (by ``move_probs`` renormalised over the moves with targets), its node (uniform
+    over the targets) and a rule from ``p_rule`` at that node, each by inverse CDF of one of the
+    step's uniforms.  Returns ``(move, node, feature, cut, counts, log_p, any_move)``: the (4,)
+    target counts and move log-probabilities, and whether any move is possible."""
+    u_move, u_node, u_feature, u_cut = uniforms[0], uniforms[1], uniforms[2], uniforms[3]
     targets = _targets(state, data, can_split)
     counts = targets.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     move = _choose_move(log_p, u_move)
     node = _pick(targets[move], u_node)
     feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
-    return _propose_local(state, move, node, feature, cut, counts, log_p, jnp.any(counts > 0), data, config)
+    return move, node, feature, cut, counts, log_p, jnp.any(counts > 0)
 
 
 def _bins_by_feature(data: TreeData) -> Array:
