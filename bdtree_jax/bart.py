@@ -100,7 +100,7 @@ from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
 from .priors import TreePrior, node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
-from .tree import Tree, leaf_index, leaf_nodes, n_leaves, n_nodes, tree_depth, tree_summaries
+from .tree import Tree, leaf_index, leaf_nodes, n_nodes, tree_summaries
 
 __all__ = [
     "TREE_SAMPLERS", "OUTCOMES", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "BARTPosterior",
@@ -481,8 +481,9 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, norm
     is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
     at_node = slot == node[:, None]
     # rows per node of the finer tree: the kept counts (``trees.stats[..., 0]``) with its two
-    # children (a grow's new ones, a prune's current ones) counted from the rows
-    if props.kid_rows is not None:  # a grow's new children (counted by the proposal), a prune's current ones
+    # children: a grow's new ones (counted by the proposal under valid_cuts="ancestors", else
+    # from the rows), a prune's current ones
+    if props.kid_rows is not None:
         kept = jnp.take_along_axis(trees.stats[:, :, 0], left_child[:, None], axis=1)[:, 0]
         n_left = jnp.where(splits, props.kid_rows[:, 0].astype(jnp.float32), kept)
     else:
@@ -508,8 +509,8 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, norm
     rest = props.d_log_prior + props.log_q_ratio
     log_u = jnp.log(uniforms[:, 4])
 
-    xs = (fine_id, node_lanes(fine_id, N), old_fine, counts, mean_factor, draw, node, splits, props.possible, gain_counts, b, rest, log_u,
-          1.0 / (sigma2 * node_precision), node_draw)
+    xs = (fine_id, node_lanes(fine_id, N), old_fine, counts, mean_factor, draw, node, splits, props.possible,
+          gain_counts, b, rest, log_u, 1.0 / (sigma2 * node_precision), node_draw)
     return xs, (props, fine_id, counts, is_kid, at_node)
 
 

@@ -93,7 +93,8 @@ __all__ = [
     "violates_boxes", "regrow_subtree", "log_rule_prob", "log_cut_probs", "draw_cut", "SPLIT_PRIORS",
     "STRUCTURES", "PinballTables", "pinball_tables", "pinball_log_size", "pinball_log_shape",
     "pinball_log_shape_parts", "pinball_shape",
-    "check_cgm_structure", "sum_by_node", "node_lanes", "sum_by_lane", "VALID_CUTS", "ancestor_bounds", "child_bounds", "check_valid_cuts", "leaf_size_log_prior",
+    "check_cgm_structure", "sum_by_node", "node_lanes", "sum_by_lane", "VALID_CUTS", "ancestor_bounds", "child_bounds",
+    "check_valid_cuts", "leaf_size_log_prior",
 ]
 
 #: Tree-structure priors: CGM98's depth-dependent split probabilities, or the pinball prior.
@@ -360,8 +361,8 @@ def sum_by_node(values: Array, node: Array, n_nodes: int) -> Array:
 
 
 def node_lanes(node: Array, n_nodes: int) -> Array:
-    """(..., n) int32 the scatter slots of :func:`sum_by_node`: ``node + (i % lanes) * n_nodes``
-    for row ``i`` (computed once when the same rows are summed many times)."""
+    """(..., n) the scatter slots of :func:`sum_by_node`: ``node + (i % lanes) * n_nodes`` for row
+    ``i`` (int16 when they fit, else int32; computed once when the same rows are summed many times)."""
     n = node.shape[-1]
     lanes = min(SCATTER_LANES, n)
     dtype = jnp.int16 if lanes * n_nodes < 2**15 else jnp.int32
@@ -474,13 +475,19 @@ def _narrow_level(tree: Tree, level: int, los: list, his: list, cut_count: Array
     if level == 0:
         return jnp.zeros((1, n_features), jnp.int32), jnp.asarray(cut_count, jnp.int32)[None, :]
     parents = slice(2 ** (level - 1) - 1, 2**level - 1)
-    lo, hi = los[-1], his[-1]
     own = tree.feature[parents][:, None] == jnp.arange(n_features)
-    cut = tree.cut[parents][:, None]
-    keep = jnp.repeat(tree.is_split[parents], 2)[:, None]
-    lo = jnp.where(keep, jnp.stack([lo, jnp.where(own, jnp.maximum(lo, cut + 1), lo)], 1).reshape(-1, n_features), 0)
-    hi = jnp.where(keep, jnp.stack([jnp.where(own, jnp.minimum(hi, cut), hi), hi], 1).reshape(-1, n_features), 0)
-    return lo.astype(jnp.int32), hi.astype(jnp.int32)
+    lo, hi = _narrow(los[-1], his[-1], own, tree.cut[parents][:, None])  # (2, parents, F): left, right
+    keep = jnp.repeat(tree.is_split[parents], 2)[:, None]  # children of splitting nodes
+    by_slot = lambda a: jnp.swapaxes(a, 0, 1).reshape(-1, n_features)  # noqa: E731  (left, right per parent)
+    return jnp.where(keep, by_slot(lo), 0).astype(jnp.int32), jnp.where(keep, by_slot(hi), 0).astype(jnp.int32)
+
+
+def _narrow(lo: Array, hi: Array, own: Array, cut: Array) -> tuple[Array, Array]:
+    """The ancestors' rule: the two children's intervals of a node with ``lo, hi`` (..., F) split
+    at ``cut`` (broadcasting) on the feature where ``own`` (..., F) is true -- the left child keeps
+    the cuts below it, the right child those above.  Returns ``lo, hi`` stacked (2, ..., F)."""
+    return (jnp.stack([lo, jnp.where(own, jnp.maximum(lo, cut + 1), lo)]),
+            jnp.stack([jnp.where(own, jnp.minimum(hi, cut), hi), hi]))
 
 
 def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, left: Array, right: Array, data: TreeData,
@@ -493,9 +500,8 @@ def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, left: Array, 
     ``valid_cuts="ancestors"``: the node's interval narrowed by the rule, in O(F) (the rows are
     not read)."""
     if data.cut_count is not None:
-        own = jnp.arange(lo.shape[-1]) == feature
-        return (jnp.stack([lo, jnp.where(own, jnp.maximum(lo, cut + 1), lo)]).astype(jnp.int32),
-                jnp.stack([jnp.where(own, jnp.minimum(hi, cut), hi), hi]).astype(jnp.int32))
+        new_lo, new_hi = _narrow(lo, hi, jnp.arange(lo.shape[-1]) == feature, cut)
+        return new_lo.astype(jnp.int32), new_hi.astype(jnp.int32)
     if min_leaf_size > 1:
         (lo_l, hi_l), (lo_r, hi_r) = (mask_bounds(m, data, min_leaf_size) for m in (left, right))
         return jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])

@@ -88,19 +88,6 @@ def empty_tree(max_depth: int) -> Tree:
     return Tree(jnp.zeros(n, bool), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
 
 
-def _ancestor_table(max_depth: int) -> np.ndarray:
-    """(N, max(D, 1)) int32: the strict ancestors of every slot, padded with the sentinel ``N``."""
-    n = n_nodes(max_depth)
-    table = np.full((n, max(max_depth, 1)), n, np.int32)
-    for i in range(n):
-        a, k = i, 0
-        while a > 0:
-            a = (a - 1) // 2
-            table[i, k] = a
-            k += 1
-    return table
-
-
 def active_nodes(tree: Tree) -> Array:
     """(N,) bool: node exists (all its ancestors split).  Level by level, each level's slots
     repeating their parents' ``active & is_split`` (no gather: cheap when vmapped over trees)."""

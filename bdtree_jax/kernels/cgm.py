@@ -438,13 +438,13 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     goes_left = _bins_by_feature(data)[feature] <= cut
     n_features = data.bins.shape[1]
     left, right = in_node & goes_left, in_node & ~goes_left
+    children = lambda: child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data,  # noqa: E731
+                                    config.min_leaf_size)
     if data.cut_count is not None:  # O(F), no pass over the rows: no branch needed
-        new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data, 1)
+        new_lo, new_hi = children()
     else:
         new_lo, new_hi = jax.lax.cond(
-            splits,
-            lambda: child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data,
-                                 config.min_leaf_size),
+            splits, children,
             lambda: (jnp.zeros((2, n_features), jnp.int32), jnp.zeros((2, n_features), jnp.int32)),
         )
     start = (jnp.minimum(left_child, n_nodes - 2), 0)
