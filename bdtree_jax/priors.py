@@ -339,9 +339,13 @@ def node_stats(tree: Tree, data: TreeData) -> tuple[Array, Array]:
     return leaf_id, subtree_sums(data.point_stats, leaf_id, tree.is_split.shape[-1])
 
 
-def subtree_sums(point_stats: Array, leaf_id: Array, n_nodes: int) -> Array:
-    """(N, S) summed ``point_stats`` (n, S) of the rows below every node, from each row's leaf."""
-    return _upward(sum_by_node(point_stats, leaf_id, n_nodes), jnp.add)
+def subtree_sums(point_stats: Array, leaf_id: Array, n_nodes: int, rows: Array | None = None) -> Array:
+    """(N, S) summed ``point_stats`` (n, S) of the rows below every node, from each row's leaf;
+    with ``rows`` (n,) bool only those rows are summed (right for the nodes holding no others)."""
+    slots = node_lanes(leaf_id, n_nodes)
+    if rows is not None:  # the others go to an out-of-range slot, which the scatter skips
+        slots = jnp.where(rows, slots, min(SCATTER_LANES, leaf_id.shape[-1]) * n_nodes)
+    return _upward(sum_by_lane(point_stats, slots, n_nodes), jnp.add)
 
 
 #: Accumulators of :func:`sum_by_node` (rows ``i`` and ``i + 1`` land in different ones).
@@ -425,18 +429,23 @@ def _histogram_bounds(hist: Array, min_leaf_size: int) -> tuple[Array, Array]:
     return jnp.where(ok, lo, 0).astype(jnp.int32), jnp.where(ok, hi, 0).astype(jnp.int32)
 
 
-def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int) -> tuple[Array, Array]:
+def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int,
+                rows: Array | None = None) -> tuple[Array, Array]:
     """Valid-cut intervals ``lo, hi`` (N, F) of every node (see :func:`mask_bounds`; with
-    ``valid_cuts="ancestors"`` :func:`ancestor_bounds`, which does not read the rows)."""
+    ``valid_cuts="ancestors"`` :func:`ancestor_bounds`, which does not read the rows).  ``rows``
+    (n,) bool: the caller needs only the nodes that hold no other rows (the others' values are
+    then meaningless); the costly reduction skips the rest when it can."""
     if data.cut_count is not None:
         return ancestor_bounds(tree, data.cut_count)
     n_nodes = tree.is_split.shape[-1]
     depth = max_depth_of(tree)
     if min_leaf_size == 1:
         # min/max are composable: reduce rows into their leaves, then leaves into ancestors; one
-        # max-reduction of (-bins, bins) gives both (a scatter is the costly step on CPU).
+        # max-reduction of (-bins, bins) gives both (a scatter is the costly step on CPU, and it
+        # skips out-of-range slots).
         both = jnp.concatenate([-data.bins, data.bins], axis=1)
-        both = _upward(jax.ops.segment_max(both, leaf_id, num_segments=n_nodes), jnp.maximum)
+        slot = leaf_id if rows is None else jnp.where(rows, leaf_id, n_nodes)
+        both = _upward(jax.ops.segment_max(both, slot, num_segments=n_nodes), jnp.maximum)
         lo, hi = -both[:, : data.bins.shape[1]], both[:, data.bins.shape[1] :]
         empty = hi < 0  # no rows: the reduction's identity (bins are >= 0)
         return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)

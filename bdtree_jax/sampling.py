@@ -5,9 +5,9 @@
 * Iteration ``t`` of chain ``c`` uses the key ``fold_in(fold_in(seed_key, c), t)``, so draws do not
   depend on the number of chains, devices or the block size, and a resumed run equals an
   uninterrupted one.
-* Iterations run in fixed-size blocks (``lax.scan`` of ``block_size`` steps; the last block masks
-  the steps past the end), so the number of iterations is not part of the compiled shape: one
-  compilation serves any run length.
+* Iterations run in fixed-size blocks (a loop of up to ``block_size`` steps writing into the
+  block's trace buffers; the last block stops early), so the number of iterations is not part of
+  the compiled shape: one compilation serves any run length.
 * Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint.
 """
 
@@ -70,14 +70,21 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
         if algorithm.draw is not None:
             keys = jax.vmap(algorithm.draw)(keys)
 
-        def body(state, xs):
-            i, key = xs
+        def record(state, key):
             new_state, info = algorithm.step(key, state, data)
-            keep = i < n_valid
-            state = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_state, state)
-            return state, algorithm.trace(state, info)
+            return new_state, algorithm.trace(new_state, info)
 
-        state, traces = jax.lax.scan(body, state, (steps, keys))
+        # A loop of n_valid steps (the last block is short) writing into the block's trace
+        # buffers: no per-step mask over the state; the buffers' tail is dropped by the host.
+        shapes = jax.eval_shape(record, state, jax.tree.map(lambda k: k[0], keys))[1]
+        buffers = jax.tree.map(lambda a: jnp.zeros((block_size,) + a.shape, a.dtype), shapes)
+
+        def body(i, carry):
+            state, buffers = carry
+            state, out = record(state, jax.tree.map(lambda k: k[i], keys))
+            return state, jax.tree.map(lambda b, o: jax.lax.dynamic_update_index_in_dim(b, o, i, 0), buffers, out)
+
+        state, traces = jax.lax.fori_loop(0, n_valid, body, (state, buffers))
         return state, _with_tree_summaries(traces)
 
     def block(chain_keys, states, data, start, n_valid):

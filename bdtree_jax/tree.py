@@ -34,6 +34,7 @@ __all__ = [
     "node_depths",
     "active_nodes",
     "leaf_nodes",
+    "in_subtree",
     "nog_nodes",
     "grow",
     "prune",
@@ -97,6 +98,14 @@ def active_nodes(tree: Tree) -> Array:
         parents = levels[-1] & is_split[..., 2**d - 1 : 2 ** (d + 1) - 1]
         levels.append(jnp.repeat(parents, 2, axis=-1))
     return jnp.concatenate(levels, axis=-1)
+
+
+def in_subtree(root: Array, max_depth: int) -> Array:
+    """(N,) bool: the heap slots below ``root`` (() int32), ``root`` included."""
+    depth = jnp.asarray(node_depths(max_depth))
+    below = depth - depth[root]  # levels under the root's (negative: above it)
+    idx = jnp.arange(depth.shape[0], dtype=jnp.int32)
+    return (below >= 0) & (((idx + 1) >> jnp.maximum(below, 0)) - 1 == root)
 
 
 def leaf_nodes(tree: Tree) -> Array:
@@ -165,7 +174,7 @@ def swap(tree: Tree, child: Array) -> Tree:
     return Tree(tree.is_split, feature, cut)
 
 
-def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None) -> Array:
+def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None, start: Array | None = None) -> Array:
     """Hard leaf assignment.
 
     Parameters
@@ -173,8 +182,11 @@ def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None) -> Array:
     tree : Tree
     bins : (n, F) int32 bin codes of the inputs.
     max_cut : static bound on the tree's cut indices (e.g. the number of training rows).  When
-        given, each node's rule is packed into one integer so a level of the descent costs two
-        gathers instead of three (it matters for batched chains); otherwise the generic path.
+        given, each node's rule is packed into one integer (feature in the high bits, cut in the
+        low ones) so a level of the descent costs two gathers instead of three (it matters for
+        batched chains); otherwise the generic path.
+    start : (n,) int32 node each row descends from (default: the root), e.g. a subtree's root
+        for the rows below it and their leaf for the others.
 
     Returns
     -------
@@ -184,20 +196,26 @@ def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None) -> Array:
     n, n_features = bins.shape
     flat = bins.reshape(-1)
     row_offset = jnp.arange(n, dtype=jnp.int32) * n_features
-    node = jnp.zeros(n, jnp.int32)
-    scale = None if max_cut is None else int(max_cut) + 1
-    if scale is not None and n_features * scale < 2**31:
-        code = jnp.where(tree.is_split, tree.feature * scale + tree.cut, -1)  # -1: leaf
-        for _ in range(d):
+    node = jnp.zeros(n, jnp.int32) if start is None else start.astype(jnp.int32)
+    shift = None if max_cut is None else max(int(max_cut), 1).bit_length()
+    if shift is not None and n_features << shift < 2**31:
+        code = jnp.where(tree.is_split, (tree.feature.astype(jnp.int32) << shift) + tree.cut, -1)  # -1: leaf
+        mask = (1 << shift) - 1
+
+        def descend(node):
             c = code[node]
-            go_right = flat[row_offset + c // scale] > c % scale
-            node = jnp.where(c >= 0, 2 * node + 1 + go_right.astype(jnp.int32), node)
-        return node
-    cut = jnp.where(tree.is_split, tree.cut, -1)
+            go_right = flat[row_offset + (c >> shift)] > (c & mask)
+            return jnp.where(c >= 0, 2 * node + 1 + go_right.astype(jnp.int32), node)
+    else:
+        cut = jnp.where(tree.is_split, tree.cut, -1)
+
+        def descend(node):
+            c = cut[node]
+            go_right = flat[row_offset + tree.feature[node]] > c
+            return jnp.where(c >= 0, 2 * node + 1 + go_right.astype(jnp.int32), node)
+
     for _ in range(d):
-        c = cut[node]
-        go_right = flat[row_offset + tree.feature[node]] > c
-        node = jnp.where(c >= 0, 2 * node + 1 + go_right.astype(jnp.int32), node)
+        node = descend(node)
     return node
 
 

@@ -51,8 +51,11 @@ from ..priors import (
     node_bounds,
     node_stats,
     splittable,
+    subtree_sums,
 )
-from ..tree import Tree, empty_tree, grow, leaf_nodes, nog_nodes, prune, change, swap
+from ..tree import (
+    Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_nodes, nog_nodes, prune, swap,
+)
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -318,18 +321,21 @@ def _log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):
 
 
 def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
-    """Propose by editing the tree and re-scoring it whole (one pass over the data), then accept
-    or reject.  With ``config.incremental`` only change and swap come here."""
-    tree = state.tree
+    """Propose by editing the tree and re-scoring what it re-partitions, then accept or reject.
+    With ``config.incremental`` only change and swap come here (:func:`_subtree_step`)."""
     if config.incremental:
-        new_tree = jax.tree.map(
-            lambda a, b: jnp.where(move == 2, a, b), change(tree, node, feature, cut), swap(tree, node)
-        )
-    else:
-        # Batched chains: edit the tree (cheap selects) and re-score it once, whatever the move.
-        edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
-        new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
+        return _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
+    # Batched chains: edit the tree (cheap selects) and re-score it whole (one pass over the
+    # data), whatever the move.
+    tree = state.tree
+    edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
+    new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
     proposed = _score(new_tree, data, config, state.beta)
+    return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
+
+
+def _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+    """The MH step from ``state`` to the re-scored ``proposed`` state."""
     proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))  # BART keeps int16
     counts_new = _targets(proposed, data).sum(1)
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
@@ -339,6 +345,38 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
+
+
+def _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+    """A change (not at a nog) or a swap: the tree keeps its shape and only the rows below the
+    changed node (the swapped child's parent) move.  Those rows are routed again from that node,
+    and only they are summed into the nodes below it; every other node keeps its cached
+    statistics and bounds (same rows).  A proposal that leaves a leaf with fewer than
+    ``min_leaf_size`` rows (at least one) has prior 0 under either rule availability (some rule
+    above it has no valid cut there, or the truncation) and is rejected there, before the bounds
+    and the prior are computed; the rest are scored and accepted as usual."""
+    tree = state.tree
+    root = jnp.where(move == 2, node, (node - 1) // 2)
+    new_tree = jax.tree.map(lambda a, b: jnp.where(move == 2, a, b), change(tree, node, feature, cut), swap(tree, node))
+    below = in_subtree(root, config.max_depth)  # (N,)
+    moved = below[state.leaf_id]  # (n,) rows below root
+    n_nodes = below.shape[0]
+    leaf_id = leaf_index(new_tree, data.bins, max_cut=data.bins.shape[0], start=jnp.where(moved, root, state.leaf_id))
+    stats = jnp.where(below[:, None], subtree_sums(data.point_stats, leaf_id, n_nodes, rows=moved), state.stats)
+    is_leaf = leaf_nodes(tree)  # the same leaves after the move
+    too_small = jnp.any(below & is_leaf & (data.likelihood.rows(stats) < max(config.min_leaf_size, 1) - 0.5))
+
+    def score():
+        lo, hi = node_bounds(new_tree, leaf_id, data, config.min_leaf_size, rows=moved)
+        lo, hi = jnp.where(below[:, None], lo, state.lo), jnp.where(below[:, None], hi, state.hi)
+        proposed = _with_scores(new_tree, leaf_id, stats, lo, hi, data, state.beta, config.min_leaf_size)
+        return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data,
+                            config)
+
+    def reject():
+        return state, CGMInfo(jnp.where(any_move, move, -1), jnp.bool_(False), jnp.float32(-jnp.inf))
+
+    return jax.lax.cond(too_small, reject, score)
 
 
 class LocalProposal(NamedTuple):
