@@ -3,7 +3,7 @@
 Everything is measured in one process (except the cold fit, which is a fresh subprocess):
 
 * **ours**: ``bdtree_jax.kernels.cgm`` through ``bdtree_jax.sampling.run_chains`` with a fixed
-  block size, for several chain counts.  Compile time is excluded by timing two run lengths
+  block size (default: ``bdtree_jax.sample``'s for ``method="cgm"``), for several chain counts.  Compile time is excluded by timing two run lengths
   (``T`` and ``2T`` iterations, both warm): ``rate = chains * T / (t(2T) - t(T))`` proposals/s in
   aggregate.  ``T`` grows for small chain counts (``T = max(--iterations, --min-proposals /
   chains)``, rounded up to whole blocks) so every timed difference covers enough work to stand
@@ -19,7 +19,7 @@ Everything is measured in one process (except the cold fit, which is a fresh sub
 Usage::
 
     python benchmarks/cgm_speed.py --quick      # smoke run (~1-2 min)
-    python benchmarks/cgm_speed.py              # full run (~10 min on 2 cores; timed runs of 0.2-3 s)
+    python benchmarks/cgm_speed.py              # full run (~10 min on 2 cores; timed runs of 0.8-8 s)
     python benchmarks/cgm_speed.py --check      # also the NumPy-vs-exact self-check (+~40 s)
 
 Machine noise on a shared 2-core box is 10-30 %: compare numbers from one run.
@@ -234,9 +234,10 @@ def main(argv=None):
     parser.add_argument("--bartz-chains", type=str, default=None, help="default: same as --chains")
     parser.add_argument("--iterations", type=int, default=None, help="T; rates use runs of T and 2T (default 5000)")
     parser.add_argument("--bartz-iterations", type=int, default=None, help="T for bartz (default: same as ours)")
-    parser.add_argument("--block-size", type=int, default=500, help="run_chains block size (fixed)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="run_chains block size (default: bdtree_jax.sample's for method='cgm')")
     parser.add_argument("--min-proposals", type=int, default=None,
-                        help="T >= this / chains for small chain counts (default 40000; quick 1000)")
+                        help="T >= this / chains for small chain counts (default 160000; quick 1000)")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings per length; the minimum is used")
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
     parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default=None,
@@ -256,13 +257,17 @@ def main(argv=None):
     else:
         chains = [1, 4, 16, 64]
         T = args.iterations or 5000
-        min_prop = args.min_proposals or 40000
+        min_prop = args.min_proposals or 160000
         np_T, np_burn = args.numpy_iterations or 5000, 2000
         cold = (1000, 1000)
     if args.chains:
         chains = [int(c) for c in args.chains.split(",")]
     bartz_chains = [int(c) for c in args.bartz_chains.split(",")] if args.bartz_chains else chains
     bartz_T = args.bartz_iterations or T
+    if args.block_size is None:
+        from bdtree_jax.sampling import CGM_BLOCK_SIZE
+
+        args.block_size = CGM_BLOCK_SIZE
     block = args.block_size
 
     def t_ours(c):

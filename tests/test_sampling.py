@@ -116,3 +116,12 @@ def test_clear_compiled_releases_programs_and_recompiles_the_same_chain(problem)
     b = _run(problem, num_iterations=50, block_size=50)
     assert sampling.trace_count() == before + 1
     _assert_same(a, b)
+
+
+@pytest.mark.parametrize("block_size", [0, 2.5, "500", True])
+def test_bad_block_size_raises_before_compiling(block_size):
+    X, y = bd.datasets.load("iris")
+    before = sampling.trace_count()
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+        bd.sample(X, y, num_warmup=10, num_samples=10, block_size=block_size)
+    assert sampling.trace_count() == before
