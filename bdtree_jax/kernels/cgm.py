@@ -21,7 +21,8 @@ CPU default) a move pays for what it touches: grow, prune and a change at a nog 
 node's rows and update the likelihood (the likelihood's ``split_gain``), the prior (the node's
 and its children's factors under CGM98; the whole proposed tree under the pinball prior or box
 constraints) and the move counts by their local change, then write the state in place gated by
-the acceptance; a change higher up and a swap re-partition the tree and re-score it whole.
+the acceptance; a change higher up and a swap re-route and re-sum only the rows below the node
+they change (a proposal that leaves a leaf too small is rejected there), then re-score the tree.
 Under the pinball prior (:mod:`bdtree_jax.priors`) the rule draw does not cancel against a split
 probability, but the ratio above is written with the full ``log p(T*) - log p(T)`` and the
 rule-proposal terms, so it holds for either prior.
@@ -88,10 +89,10 @@ class CGMConfig:
     min_leaf_size : int
     move_probs : (grow, prune, change, swap) probabilities, default (0.25, 0.25, 0.40, 0.10).
     trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut`` arrays.
-    incremental : re-score only what a move touches (``lax.switch`` over the moves; best when
-        each chain runs its own program, as on CPU), or re-score the whole proposed tree with
-        one branch-free program (best when chains are ``vmap``-ped, as on GPU).  Both give the
-        same chain.
+    incremental : re-score only what a move touches (``lax.cond`` between the local and the
+        subtree update; best when each chain runs its own program, as on CPU), or re-score the
+        whole proposed tree with one branch-free program (best when chains are ``vmap``-ped, as
+        on GPU).  Both give the same chain.
     """
 
     max_depth: int
