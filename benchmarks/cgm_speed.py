@@ -21,6 +21,7 @@ Usage::
     python benchmarks/cgm_speed.py --quick      # smoke run (~1-2 min)
     python benchmarks/cgm_speed.py              # full run (~10 min on 2 cores; timed runs of 0.8-8 s)
     python benchmarks/cgm_speed.py --check      # also the NumPy-vs-exact self-check (+~40 s)
+    python benchmarks/cgm_speed.py --rounds 5   # also 5 alternating ours/bartz rounds at 4 chains
 
 Machine noise on a shared 2-core box is 10-30 %: compare numbers from one run.
 """
@@ -242,6 +243,10 @@ def main(argv=None):
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
     parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default=None,
                         help="how our chains share a device (default: sequential on CPU, as bd.sample)")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="after the table, this many alternating ours/bartz timings at --rounds-chains, "
+                             "each with the table's rule; reports every round's ratio and their median")
+    parser.add_argument("--rounds-chains", type=str, default="4", help="chain counts of --rounds (default 4)")
     parser.add_argument("--no-bartz", action="store_true")
     parser.add_argument("--no-numpy", action="store_true")
     parser.add_argument("--no-cold", action="store_true")
@@ -306,6 +311,17 @@ def main(argv=None):
     bz = {} if args.no_bartz else bench_bartz(X.to_numpy(float), y.to_numpy(), bartz_chains, t_bartz, args.repeats)
     npy = None if args.no_numpy else bench_numpy(bins, codes, len(model["classes"]), np_burn, np_T)
     cold_info = None if args.no_cold else bench_cold(*cold)
+    rounds = {}
+    if args.rounds > 0 and not args.no_bartz:
+        # Side by side again, alternating, so slow phases of the shared machine hit both samplers.
+        Xb, yb = X.to_numpy(float), y.to_numpy()
+        for c in [int(c) for c in args.rounds_chains.split(",")]:
+            rounds[c] = []
+            for k in range(args.rounds):
+                print(f"round {k + 1}/{args.rounds}, {c} chains:", file=sys.stderr)
+                ro = bench_ours(data, model, [c], t_ours, args.block_size, args.repeats, chain_method=args.chain_method)[c]
+                rb = bench_bartz(Xb, yb, [c], t_bartz, args.repeats)[c]
+                rounds[c].append((ro["rate"], rb["rate"] if rb else float("nan")))
     load_after = _load()
     total = time.perf_counter() - t_start
 
@@ -363,6 +379,11 @@ def main(argv=None):
         p(f"- cold run of the {cold_info['what']} in a fresh subprocess: **{cold_info['wall']:.1f} s** wall "
           f"(interpreter start + import bdtree_jax {cold_info['import_s']:.1f} s + fit (incl. compile) "
           f"**{cold_info['fit_s']:.1f} s** + score, trees and `to_arviz()` {cold_info['rest_s']:.1f} s)")
+    for c, rs in rounds.items():
+        ratios = [a / b for a, b in rs]
+        p(f"- {len(rs)} alternating rounds at {c} chains (ours, then bartz, same rule as the table): "
+          + "; ".join(f"{_fmt_rate(a)} vs {_fmt_rate(b)} ({a / b:.2f}×)" for a, b in rs)
+          + f". Median ours / bartz **{np.median(ratios):.2f}×** (range {min(ratios):.2f}–{max(ratios):.2f}×).")
     if check_tv is not None:
         p(f"- NumPy CGM self-check vs `bdtree_jax.exact.enumerate_posterior` (6 points, 33 trees, 100k iterations): "
           f"total variation {check_tv:.4f} ({'PASS' if check_tv < 0.03 else 'FAIL'}, threshold 0.03)")
