@@ -82,15 +82,26 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
 
         # A loop of n_valid steps (the last block is short) writing into the block's trace
         # buffers: no per-step mask over the state; the buffers' tail is dropped by the host.
+        # ``steps_per_pass`` steps per pass, then the remaining ones one by one.
         shapes = jax.eval_shape(record, state, jax.tree.map(lambda k: k[0], keys))[1]
         buffers = jax.tree.map(lambda a: jnp.zeros((block_size,) + a.shape, a.dtype), shapes)
+        per_pass = max(1, int(algorithm.steps_per_pass))
 
-        def body(i, carry):
+        def steps_from(i, count, carry):
             state, buffers = carry
-            state, out = record(state, jax.tree.map(lambda k: k[i], keys))
-            return state, jax.tree.map(lambda b, o: jax.lax.dynamic_update_index_in_dim(b, o, i, 0), buffers, out)
+            outs = []
+            for r in range(count):
+                state, out = record(state, jax.tree.map(lambda k: k[i + r], keys))
+                outs.append(out)
+            outs = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+            return state, jax.tree.map(lambda b, o: jax.lax.dynamic_update_slice_in_dim(b, o, i, 0), buffers, outs)
 
-        state, traces = jax.lax.fori_loop(0, n_valid, body, (state, buffers))
+        carry, done = (state, buffers), 0
+        if per_pass > 1:
+            carry = jax.lax.fori_loop(0, n_valid // per_pass,
+                                      lambda j, c: steps_from(j * per_pass, per_pass, c), carry)
+            done = n_valid - n_valid % per_pass
+        state, traces = jax.lax.fori_loop(done, n_valid, lambda i, c: steps_from(i, 1, c), carry)
         return state, _with_tree_summaries(traces)
 
     def block(chain_keys, states, data, start, n_valid):

@@ -51,6 +51,9 @@ def test_same_seed_same_draws_and_block_size_invariance(problem):
     a = _run(problem)
     _assert_same(a, _run(problem))
     _assert_same(a, _run(problem, block_size=64))
+    # odd blocks: CGM runs two steps per loop pass and the odd one alone; the same draws
+    assert problem[0].steps_per_pass == 2
+    _assert_same(a, _run(problem, block_size=37))
     assert a["accepted"].mean() > 0.01
     different = _run(problem, key=jax.random.key(4))
     assert not np.array_equal(a["log_lik"], different["log_lik"])

@@ -19,9 +19,15 @@ class SamplingAlgorithm(NamedTuple):
     ``draw(key) -> randomness`` (optional): when given, ``step`` takes that randomness in place
     of the key, and the driver draws it for a whole block of steps in one vectorized call outside
     the loop (a PRNG call inside a cheap step costs as much as the step on CPU).
+
+    ``steps_per_pass`` (default 1): iterations the driver's loop runs per pass.  For steps of a few
+    microseconds the loop's own cost per pass is a visible share, and 2 saves about 5 % on CPU
+    (CGM) at the price of compiling the step three times (two in the pass, one for an odd last
+    step).  The draws do not depend on it.
     """
 
     init: Callable[..., Any]
     step: Callable[..., Any]
     trace: Callable[..., Any]
     draw: Callable[..., Any] | None = None
+    steps_per_pass: int = 1

@@ -642,4 +642,4 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
     def trace_fn(state, info):
         return trace(state, info, config.trace_dtypes)
 
-    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn, draw)
+    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn, draw, steps_per_pass=2)
