@@ -86,7 +86,7 @@ import numpy as np
 
 from ._types import Array
 from .data import SPLIT_PRIORS, VALID_CUTS, TreeData
-from .tree import Tree, active_nodes, leaf_index, leaf_nodes, max_depth_of, node_depths
+from .tree import Tree, active_nodes, in_subtree, leaf_index, leaf_nodes, max_depth_of, node_depths
 
 __all__ = [
     "TreePrior", "mask_bounds", "level_bounds", "node_bounds", "node_stats", "log_tree_prior", "split_probability", "box_sides",
@@ -762,12 +762,9 @@ def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array
     """
     check_cgm_structure(data.split_prob, "prune-and-regrow (regrow_subtree: the regrow proposal, the edit prior)")
     depth = max_depth_of(tree)
-    n_nodes = tree.is_split.shape[0]
     depths = jnp.asarray(node_depths(depth))
-    # heap slots in node's subtree: ancestor of slot at node's depth equals node
     d0 = depths[node]
-    slots = jnp.arange(n_nodes)
-    in_sub = (depths >= d0) & ((((slots + 1) >> jnp.maximum(depths - d0, 0)) - 1) == node)
+    in_sub = in_subtree(node, depth)
     tree = Tree(tree.is_split & ~in_sub, jnp.where(in_sub, 0, tree.feature), jnp.where(in_sub, 0, tree.cut))
     row_depth = depths[leaf_id]
     leaf_id = jnp.where(in_sub[leaf_id], ((leaf_id + 1) >> jnp.maximum(row_depth - d0, 0)) - 1, leaf_id).astype(jnp.int32)

@@ -943,7 +943,7 @@ def _sample_pcfg(X, y, *, task, max_depth, min_leaf_size, move_probs, warmup_mov
     from . import pcfg
     from .posterior import PCFGPosterior
     from .priors import TreePrior
-    from .tree import n_leaves, tree_depth, Tree
+    from .tree import tree_depth, Tree
 
     where = "sample: "
     if max_depth is not None and (not isinstance(max_depth, (int, np.integer)) or max_depth < 1):

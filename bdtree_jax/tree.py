@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

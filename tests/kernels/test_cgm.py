@@ -114,6 +114,7 @@ def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
     assert np.all(np.isfinite(np.asarray(states.log_prior)))
     leaves = np.asarray(jax.vmap(leaf_nodes)(states.tree))
     assert np.asarray(states.stats).sum(-1)[leaves].min() >= min_leaf_size
+    assert int(((moves == 0) & ~accepted).sum()) > 0  # some grows were refused
 
 
 @pytest.mark.slow
