@@ -74,6 +74,13 @@ class TreeData(NamedTuple):
         ``bin_onehot[i, f, b] = 1`` iff ``bins[i, f] == b``, kept when ``min_leaf_size > 1`` and
         every feature has few bins (``B <= 64``): per-node bin histograms then give the order
         statistics of :func:`bdtree_jax.priors.level_bounds` without sorting.
+    bin_bits : (W, F, B) uint32 or None
+        ``W = ceil(n / 32)`` words of row bits per feature and bin: bit ``i // W`` of word
+        ``i % W`` of ``bin_bits[:, f, b]`` is set iff ``bins[i, f] == b``.  Kept when
+        ``min_leaf_size == 1`` under ``valid_cuts="data"`` and every feature has at most
+        :data:`MAX_BITSET_BINS` bins (then it is no larger than ``bins``): a grow's children's
+        valid cuts are then read from ``F * B`` bitwise ANDs of ``W`` words instead of a masked
+        min and max over every row and feature (:func:`bdtree_jax.priors.child_bounds`).
     cut_count : (F,) int32 or None
         With the prior's ``valid_cuts="ancestors"`` (BART's rule availability; see
         :mod:`bdtree_jax.priors`) the number of candidate cuts of every feature: the root's valid
@@ -92,10 +99,13 @@ class TreeData(NamedTuple):
     box_side: Array | None = None
     bin_onehot: Array | None = None
     cut_count: Array | None = None
+    bin_bits: Array | None = None
 
 
 #: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.
 MAX_HISTOGRAM_BINS = 64
+#: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_bits``.
+MAX_BITSET_BINS = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,6 +259,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
         _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
         _cut_count(bins, grid) if getattr(prior, "valid_cuts", "data") == "ancestors" else None,
+        _bin_bits(bins) if prior.min_leaf_size == 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
     )
 
 
@@ -281,6 +292,23 @@ def _bin_onehot(bins: np.ndarray):
     if n_bins > MAX_HISTOGRAM_BINS:
         return None
     return jnp.asarray(bins[:, :, None] == np.arange(n_bins), jnp.int32)
+
+
+def _bin_bits(bins: np.ndarray):
+    """(W, F, B) uint32 row bitsets of every feature's bins (:attr:`TreeData.bin_bits`), or None
+    when a feature has more than :data:`MAX_BITSET_BINS` bins."""
+    import jax.numpy as jnp
+
+    n, n_features = bins.shape
+    n_bins = int(bins.max(initial=0)) + 1
+    if n_bins > MAX_BITSET_BINS or n == 0:
+        return None
+    words = -(-n // 32)
+    row = np.arange(n)
+    out = np.zeros((words, n_features, n_bins), np.uint32)
+    bit = np.left_shift(np.uint32(1), (row // words).astype(np.uint32))
+    np.bitwise_or.at(out, ((row % words)[:, None], np.arange(n_features)[None, :], bins), bit[:, None])
+    return jnp.asarray(out)
 
 
 # ----------------------------------------------------------------------------------------------

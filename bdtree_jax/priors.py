@@ -499,21 +499,38 @@ def _narrow(lo: Array, hi: Array, own: Array, cut: Array) -> tuple[Array, Array]
             jnp.stack([jnp.where(own, jnp.minimum(hi, cut), hi), hi]))
 
 
-def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, left: Array, right: Array, data: TreeData,
+def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, rows: Array, goes_left: Array, data: TreeData,
                  min_leaf_size: int) -> tuple[Array, Array]:
     """Valid-cut intervals (2, F) of the two children of a node with bounds ``lo, hi`` (F,) split
-    by ``(feature, cut)``, whose rows are ``left``, ``right`` (n,) bool.
+    by ``(feature, cut)``: its rows ``rows`` (n,) bool, of which ``goes_left`` (n,) bool go left.
 
     ``valid_cuts="data"``: from the children's rows (:func:`mask_bounds`; for ``min_leaf_size = 1``
+    from the row bitsets :attr:`~bdtree_jax.data.TreeData.bin_bits` when the data keeps them, else
     both sets' minima and maxima from one masked max-reduction of ``(-bins, bins)``).
     ``valid_cuts="ancestors"``: the node's interval narrowed by the rule, in O(F) (the rows are
     not read)."""
     if data.cut_count is not None:
         new_lo, new_hi = _narrow(lo, hi, jnp.arange(lo.shape[-1]) == feature, cut)
         return new_lo.astype(jnp.int32), new_hi.astype(jnp.int32)
+    left, right = rows & goes_left, rows & ~goes_left
     if min_leaf_size > 1:
         (lo_l, hi_l), (lo_r, hi_r) = (mask_bounds(m, data, min_leaf_size) for m in (left, right))
         return jnp.stack([lo_l, lo_r]), jnp.stack([hi_l, hi_r])
+    if data.bin_bits is not None:
+        # a bin is present in a child iff its bitset meets the child's rows: pack the node's
+        # rows once, take the rule's left rows from the bitsets of the bins <= cut
+        bits = data.bin_bits  # (W, F, B)
+        n_bins = bits.shape[-1]
+        packed = _pack_rows(rows)  # (W,)
+        left_bits = jax.lax.reduce(
+            jnp.where(jnp.arange(n_bins) <= cut, jnp.take(bits, feature, axis=1), jnp.uint32(0)),
+            jnp.uint32(0), jax.lax.bitwise_or, (1,))  # (W,)
+        sides = jnp.stack([packed & left_bits, packed & ~left_bits], axis=1)  # (W, 2)
+        present = jnp.any((bits[:, None] & sides[:, :, None, None]) != 0, axis=0)  # (2, F, B)
+        b = jnp.arange(n_bins)
+        lo_c, hi_c = jnp.min(jnp.where(present, b, n_bins), axis=2), jnp.max(jnp.where(present, b, -1), axis=2)
+        empty = hi_c < 0
+        return jnp.where(empty, 0, lo_c).astype(jnp.int32), jnp.where(empty, 0, hi_c).astype(jnp.int32)
     n_features = data.bins.shape[1]
     # bins fit in int16 when the grid has fewer than 2**15 - 1 cut slots (static): twice the lanes
     small = data.cut_cumwidth.shape[-1] < 2**15 - 1
@@ -524,6 +541,15 @@ def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, left: Array, 
     lo, hi = -extreme[:, :n_features], extreme[:, n_features:]
     empty = hi < 0  # no rows (bins are >= 0)
     return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
+
+
+def _pack_rows(mask: Array) -> Array:
+    """(W,) uint32 bitset of the rows in ``mask`` (n,) bool, laid out as
+    :attr:`~bdtree_jax.data.TreeData.bin_bits` (row ``i`` at bit ``i // W`` of word ``i % W``)."""
+    n = mask.shape[-1]
+    words = -(-n // 32)
+    grid = jnp.pad(mask, (0, 32 * words - n)).reshape(32, words).astype(jnp.uint32)
+    return jnp.sum(grid << jnp.arange(32, dtype=jnp.uint32)[:, None], axis=0, dtype=jnp.uint32)
 
 
 def leaf_size_log_prior(rows: Array, is_leaf: Array, data: TreeData, min_leaf_size: int) -> Array:

@@ -90,3 +90,38 @@ def test_node_bounds_equal_per_node_masked_bounds(min_leaf_size, n_values):
         lo_ref, hi_ref = per_node(jnp.asarray(masks), data)
         np.testing.assert_array_equal(lo, lo_ref)
         np.testing.assert_array_equal(hi, hi_ref)
+
+
+@pytest.mark.parametrize("n,n_values", [(70, 6), (64, 32), (45, None)])
+def test_child_bounds_from_row_bitsets_equal_masked_pass(n, n_values):
+    """A grow's children's valid cuts read from the row bitsets (features with at most
+    ``MAX_BITSET_BINS`` bins; row counts that do and do not fill the last 32-bit word) equal a
+    masked min and max over the children's rows, for random nodes (empty, one row, all rows) and
+    rules; data with more bins keep no bitsets."""
+    from bdtree_jax.data import MAX_BITSET_BINS
+    from bdtree_jax.priors import child_bounds, mask_bounds
+
+    rng = np.random.default_rng(n)
+    X = rng.integers(0, n_values, size=(n, 4)).astype(float) if n_values else rng.normal(size=(n, 4))
+    prior = TreePrior(max_depth=3)
+    grid = make_split_grid(X)
+    data = make_tree_data(grid.bin(X), rng.integers(0, 2, n), prior, DirichletMultinomial(2))
+    n_bins = int(grid.n_cuts.max()) + 1
+    assert (data.bin_bits is None) == (n_bins > MAX_BITSET_BINS)
+    assert make_tree_data(grid.bin(X), np.zeros(n, int), TreePrior(max_depth=3, min_leaf_size=2),
+                          DirichletMultinomial(2)).bin_bits is None
+    plain = data._replace(bin_bits=None)
+    bounds = jax.jit(lambda f, c, rows, data: child_bounds(jnp.zeros(4, jnp.int32), jnp.zeros(4, jnp.int32), f, c,
+                                                           rows, data.bins[:, f] <= c, data, 1))
+    masked = jax.jit(jax.vmap(lambda m, data: mask_bounds(m, data, 1), in_axes=(0, None)))
+    for trial in range(12):
+        rows = rng.random(n) < [0.0, 1.0, 0.5, 0.1][trial % 4]
+        if trial == 4:
+            rows = np.arange(n) == n - 1
+        f, c = int(rng.integers(4)), int(rng.integers(max(1, grid.n_cuts.min())))
+        goes_left = np.asarray(data.bins)[:, f] <= c
+        lo_ref, hi_ref = masked(jnp.asarray(np.stack([rows & goes_left, rows & ~goes_left])), plain)
+        for d in (data, plain):
+            lo, hi = bounds(jnp.int32(f), jnp.int32(c), jnp.asarray(rows), d)
+            np.testing.assert_array_equal(lo, lo_ref)
+            np.testing.assert_array_equal(hi, hi_ref)

@@ -180,7 +180,8 @@ def _propose_grow(state: CGMState, node, feature, cut, data: TreeData, config: C
     left, right = in_node & goes_left, in_node & ~goes_left
     stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
     stats = state.stats.at[left_child].set(stats_left).at[right_child].set(state.stats[node] - stats_left)
-    new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data, config.min_leaf_size)
+    new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, in_node, goes_left, data,
+                                  config.min_leaf_size)
     lo = state.lo.at[left_child].set(new_lo[0]).at[right_child].set(new_lo[1])
     hi = state.hi.at[left_child].set(new_hi[0]).at[right_child].set(new_hi[1])
     leaf_id = jnp.where(left, left_child, jnp.where(right, right_child, state.leaf_id))
@@ -477,8 +478,8 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     goes_left = _bins_by_feature(data)[feature] <= cut
     n_features = data.bins.shape[1]
     left, right = in_node & goes_left, in_node & ~goes_left
-    children = lambda: child_bounds(state.lo[node], state.hi[node], feature, cut, left, right, data,  # noqa: E731
-                                    config.min_leaf_size)
+    children = lambda: child_bounds(state.lo[node], state.hi[node], feature, cut, in_node, goes_left,  # noqa: E731
+                                    data, config.min_leaf_size)
     if data.cut_count is not None:  # O(F), no pass over the rows: no branch needed
         new_lo, new_hi = children()
     else:
