@@ -143,9 +143,9 @@ def clear_compiled() -> None:
 
 
 def _get_program(kind: str, algorithm: SamplingAlgorithm, block_size: int, devices: tuple, builder):
-    # Programs are cached on the algorithm's functions (which close over the static config), so
-    # repeated runs with the same configuration reuse one compiled executable.
-    key = (kind, algorithm.init, algorithm.step, algorithm.trace, algorithm.draw, block_size, devices)
+    # Programs are cached on the algorithm's fields (functions closing over the static config, and
+    # steps_per_pass), so repeated runs with the same configuration reuse one compiled executable.
+    key = (kind, *algorithm, block_size, devices)
     if key not in _PROGRAMS:
         _PROGRAMS[key] = builder()
     return _PROGRAMS[key]

@@ -54,6 +54,10 @@ def test_same_seed_same_draws_and_block_size_invariance(problem):
     # odd blocks: CGM runs two steps per loop pass and the odd one alone; the same draws
     assert problem[0].steps_per_pass == 2
     _assert_same(a, _run(problem, block_size=37))
+    # one step per pass is its own program (the cache key holds steps_per_pass) with the same draws
+    before = sampling.trace_count()
+    _assert_same(a, _run((problem[0]._replace(steps_per_pass=1), problem[1])))
+    assert sampling.trace_count() == before + 1
     assert a["accepted"].mean() > 0.01
     different = _run(problem, key=jax.random.key(4))
     assert not np.array_equal(a["log_lik"], different["log_lik"])
