@@ -78,9 +78,9 @@ class TreeData(NamedTuple):
         ``W = ceil(n / 32)`` words of row bits per feature and bin: bit ``i // W`` of word
         ``i % W`` of ``bin_bits[:, f, b]`` is set iff ``bins[i, f] == b``.  Kept when
         ``min_leaf_size == 1`` under ``valid_cuts="data"`` and every feature has at most
-        :data:`MAX_BITSET_BINS` bins (then it is no larger than ``bins``): a grow's children's
-        valid cuts are then read from ``F * B`` bitwise ANDs of ``W`` words instead of a masked
-        min and max over every row and feature (:func:`bdtree_jax.priors.child_bounds`).
+        :data:`MAX_BITSET_BINS` bins (then it is about the size of ``bins`` or smaller): a grow's
+        children's valid cuts are then read from ``F * B`` bitwise ANDs of ``W`` words instead of
+        a masked min and max over every row and feature (:func:`bdtree_jax.priors.child_bounds`).
     cut_count : (F,) int32 or None
         With the prior's ``valid_cuts="ancestors"`` (BART's rule availability; see
         :mod:`bdtree_jax.priors`) the number of candidate cuts of every feature: the root's valid

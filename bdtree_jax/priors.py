@@ -502,7 +502,8 @@ def _narrow(lo: Array, hi: Array, own: Array, cut: Array) -> tuple[Array, Array]
 def child_bounds(lo: Array, hi: Array, feature: Array, cut: Array, rows: Array, goes_left: Array, data: TreeData,
                  min_leaf_size: int) -> tuple[Array, Array]:
     """Valid-cut intervals (2, F) of the two children of a node with bounds ``lo, hi`` (F,) split
-    by ``(feature, cut)``: its rows ``rows`` (n,) bool, of which ``goes_left`` (n,) bool go left.
+    by ``(feature, cut)``: its rows ``rows`` (n,) bool, and the rule's left rows ``goes_left``
+    (n,) bool, ``bins[:, feature] <= cut`` (the bitset path reads the rule from the bitsets).
 
     ``valid_cuts="data"``: from the children's rows (:func:`mask_bounds`; for ``min_leaf_size = 1``
     from the row bitsets :attr:`~bdtree_jax.data.TreeData.bin_bits` when the data keeps them, else
