@@ -271,12 +271,12 @@ def step_with_uniforms(
     if config.incremental:
         # Grow, prune and a change at a nog only touch one node and its two children: re-score
         # them in place (no pass over the tree's other nodes).  Change elsewhere and swap
-        # re-partition a subtree: re-score the whole proposed tree.
+        # re-partition a subtree: re-route and re-sum only its rows (:func:`_subtree_step`).
         local = (move == 0) | (move == 1) | ((move == 2) & _children_are_leaves(tree, node))
         return jax.lax.cond(
             local,
             lambda: _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
-            lambda: _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
+            lambda: _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
         )
     return _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
 
@@ -323,12 +323,8 @@ def _log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):
 
 
 def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
-    """Propose by editing the tree and re-scoring what it re-partitions, then accept or reject.
-    With ``config.incremental`` only change and swap come here (:func:`_subtree_step`)."""
-    if config.incremental:
-        return _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
-    # Batched chains: edit the tree (cheap selects) and re-score it whole (one pass over the
-    # data), whatever the move.
+    """Batched chains (``config.incremental=False``): edit the tree (cheap selects) and re-score it
+    whole (one pass over the data), whatever the move, then accept or reject."""
     tree = state.tree
     edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
     new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
