@@ -652,17 +652,15 @@ def sample(
     where = "sample: "
     if method not in METHODS:
         raise ValueError(f"{where}unknown method {method!r}; available: {METHODS}.")
-    for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples), ("num_chains", num_chains)):
+    if block_size is None:
+        block_size = CGM_BLOCK_SIZE if method == "cgm" else BLOCK_SIZE
+    for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples), ("num_chains", num_chains),
+                    ("block_size", block_size)):
         low = 0 if name == "num_warmup" or (name == "num_samples" and method in ("pcfg", "smc")) else 1
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
             raise ValueError(f"{where}{name} must be an integer >= {low}; got {v!r}.")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"{where}seed must be an integer; got {seed!r}.")
-    if block_size is None:
-        block_size = CGM_BLOCK_SIZE if method == "cgm" else BLOCK_SIZE
-    if not isinstance(block_size, (int, np.integer)) or isinstance(block_size, bool) or block_size < 1:
-        raise ValueError(f"{where}block_size must be an integer >= 1 (or None for the method's default); "
-                         f"got {block_size!r}.")
     from .data import SPLIT_PRIORS
 
     if not isinstance(split_prior, str) or split_prior not in SPLIT_PRIORS:
