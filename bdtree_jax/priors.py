@@ -344,12 +344,17 @@ def subtree_sums(point_stats: Array, leaf_id: Array, n_nodes: int, rows: Array |
     with ``rows`` (n,) bool only those rows are summed (right for the nodes holding no others)."""
     slots = node_lanes(leaf_id, n_nodes)
     if rows is not None:  # the others go to an out-of-range slot, which the scatter skips
-        slots = jnp.where(rows, slots, min(SCATTER_LANES, leaf_id.shape[-1]) * n_nodes)
+        slots = jnp.where(rows, slots, _n_lanes(leaf_id.shape[-1]) * n_nodes)
     return _upward(sum_by_lane(point_stats, slots, n_nodes), jnp.add)
 
 
 #: Accumulators of :func:`sum_by_node` (rows ``i`` and ``i + 1`` land in different ones).
 SCATTER_LANES = 16
+
+
+def _n_lanes(n: int) -> int:
+    """Accumulator copies :func:`sum_by_node` uses for ``n`` rows."""
+    return min(SCATTER_LANES, n)
 
 
 def sum_by_node(values: Array, node: Array, n_nodes: int) -> Array:
@@ -368,14 +373,14 @@ def node_lanes(node: Array, n_nodes: int) -> Array:
     """(..., n) the scatter slots of :func:`sum_by_node`: ``node + (i % lanes) * n_nodes`` for row
     ``i`` (int16 when they fit, else int32; computed once when the same rows are summed many times)."""
     n = node.shape[-1]
-    lanes = min(SCATTER_LANES, n)
+    lanes = _n_lanes(n)
     dtype = jnp.int16 if lanes * n_nodes < 2**15 else jnp.int32
     return node.astype(dtype) + ((jnp.arange(n, dtype=jnp.int32) % lanes) * n_nodes).astype(dtype)
 
 
 def sum_by_lane(values: Array, slots: Array, n_nodes: int) -> Array:
     """:func:`sum_by_node` from the slots of :func:`node_lanes`."""
-    lanes = min(SCATTER_LANES, slots.shape[-1])
+    lanes = _n_lanes(slots.shape[-1])
     out = jax.ops.segment_sum(values, slots, num_segments=lanes * n_nodes)
     return out.reshape((lanes, n_nodes) + values.shape[1:]).sum(0)
 
