@@ -3,9 +3,9 @@
 Everything is measured in one process (except the cold fit, which is a fresh subprocess):
 
 * **ours**: ``bdtree_jax.kernels.cgm`` through ``bdtree_jax.sampling.run_chains`` with a fixed
-  block size (default: ``bdtree_jax.sample``'s for ``method="cgm"``), for several chain counts.  Compile time is excluded by timing two run lengths
-  (``T`` and ``2T`` iterations, both warm): ``rate = chains * T / (t(2T) - t(T))`` proposals/s in
-  aggregate.  ``T`` grows for small chain counts (``T = max(--iterations, --min-proposals /
+  block size (default: ``bdtree_jax.sample``'s for ``method="cgm"``), for several chain counts.
+  Compile time is excluded by timing two run lengths (``T`` and ``2T`` iterations, both warm):
+  ``rate = chains * T / (t(2T) - t(T))`` proposals/s in aggregate.  ``T`` grows for small chain counts (``T = max(--iterations, --min-proposals /
   chains)``, rounded up to whole blocks) so every timed difference covers enough work to stand
   above the noise.  Compile time = first call of length ``T`` minus the warm time of length ``T``.
 * **bartz** (``num_trees=1``, probit binary outcome): the same two-length rule.  bartz compiles
