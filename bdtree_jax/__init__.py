@@ -15,7 +15,8 @@ from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: 
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .priors import TreePrior  # noqa: E402
-from .sampling import clear_compiled, run_chains, sample  # noqa: E402
+from .driver import clear_compiled, run_chains  # noqa: E402
+from .sampling import sample  # noqa: E402
 from .tree import Tree  # noqa: E402
 
 __version__ = "0.1.0"

@@ -92,7 +92,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._types import Array, PRNGKey
-from .estimators import _FeatureChecks
+from .estimators._checks import _FeatureChecks
 from .data import (SPLIT_PRIORS, VALID_CUTS, SplitGrid, TreeData, check_classification_y, check_max_cuts,
                    check_regression_y,
                    check_X, make_split_grid, make_tree_data)
@@ -1065,7 +1065,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
 
     def _run(self, data: BARTData, model: dict, names, outcome: str, fingerprint: tuple, posterior_cls, y_train,
              **extra):
-        from .sampling import chain_devices, run_chains
+        from .driver import chain_devices, run_chains
 
         grid = model["grid"]
         n_features = grid.n_features

@@ -73,7 +73,7 @@ def _free_compiled_programs():
     yield
     import gc
 
-    from bdtree_jax import sampling
+    from bdtree_jax import driver as sampling
 
     sampling.clear_compiled()
     gc.collect()

@@ -23,7 +23,7 @@ from bdtree_jax.data import make_split_grid, make_tree_data
 from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.likelihoods import BARTLeafNormal, NormalMeanShift
 from bdtree_jax.priors import TreePrior
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, leaf_index, n_leaves, tree_depth
 
 

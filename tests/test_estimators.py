@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import bdtree_jax as bd
-from bdtree_jax import sampling
+from bdtree_jax import driver as sampling
 
 # One small configuration shared by the tests so they reuse one compiled program per data shape.
 FAST = dict(max_depth=3, num_warmup=100, num_samples=200, num_chains=2)

@@ -44,7 +44,7 @@ from bdtree_jax.kernels import cgm, edit, perturb, pg, regrow, smc, wu
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import PinballTables, TreePrior, log_tree_prior, node_bounds, node_stats, pinball_shape
-from bdtree_jax.sampling import run_chains, trace_count
+from bdtree_jax.driver import run_chains, trace_count
 from bdtree_jax.tree import Tree, from_string
 
 CUBE = np.array(list(itertools.product([0.0, 1.0], repeat=3)))

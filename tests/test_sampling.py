@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import bdtree_jax as bd
-from bdtree_jax import sampling
+from bdtree_jax import driver as sampling
 from bdtree_jax.data import make_split_grid, make_tree_data
 from bdtree_jax.kernels import cgm
 from bdtree_jax.likelihoods import DirichletMultinomial

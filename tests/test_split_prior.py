@@ -30,7 +30,7 @@ from bdtree_jax.exact import (
 from bdtree_jax.kernels import cgm, edit, regrow, smc
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, mask_bounds
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
 
 X = np.array([[0.0, 4.3], [1.0, 0.0], [1.5, 10.0], [5.0, 4.0], [5.2, 4.5], [9.0, 7.0]])

@@ -15,7 +15,7 @@ from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequenc
 from bdtree_jax.kernels import cgm, pg
 from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior, ancestor_bounds, regrow_subtree
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, leaf_index, leaf_nodes
 
 CHAINS, ITERS, BURN = 16, 30_000, 500
