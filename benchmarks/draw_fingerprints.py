@@ -59,7 +59,7 @@ def main() -> None:
         clf = bd.BayesianTreeClassifier(**kw, **r).fit(X_train, y_train)
         post = clf.posterior_
         if name == "hmc-df":
-            out[name] = _digest(np.asarray(x) for x in post.trees)
+            out[name] = _digest(np.asarray(post.draws[k]) for k in sorted(post.draws))
         else:
             out[name] = _tree_digest(post)
         out[name + ":proba"] = _digest([np.round(clf.predict_proba(X_test), 6)])
