@@ -17,7 +17,7 @@ import hashlib
 import os
 import pickle
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
-__all__ = ["run_chains", "trace_count", "chain_devices", "clear_compiled"]
+__all__ = ["ChainPlan", "plan_chains", "run_chains", "trace_count", "chain_devices", "clear_compiled"]
 
 _TRACES = {"count": 0}
 
@@ -57,6 +57,34 @@ CGM_BLOCK_SIZE = 2000
 def _default_chain_method(devices) -> str:
     """``"sequential"`` on CPU devices, ``"vectorized"`` on accelerators."""
     return "sequential" if devices[0].platform == "cpu" else "vectorized"
+
+
+class ChainPlan(NamedTuple):
+    """How a run's chains share the devices, decided once per run by :func:`plan_chains`.
+
+    devices : tuple of the devices the chains are spread over (their number divides the chains).
+    chain_method : ``"sequential"`` (chains of a device looped with ``lax.map``) or
+        ``"vectorized"`` (``vmap``-ped).  Kernels that have a per-chain variant (tempered rungs,
+        incremental scores) are built for this value.
+    """
+
+    devices: tuple
+    chain_method: str
+
+
+def plan_chains(num_chains: int, devices=None, chain_method: str | None = None) -> ChainPlan:
+    """Decide how ``num_chains`` chains share the devices.
+
+    devices : devices to spread chains over (default: all; see :func:`chain_devices`).
+    chain_method : ``"sequential"`` or ``"vectorized"``; default ``"sequential"`` on CPU devices,
+        ``"vectorized"`` on accelerators.  Anything else raises ``ValueError``.
+    """
+    if chain_method is not None and chain_method not in CHAIN_METHODS:
+        raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
+    if num_chains < 1:
+        raise ValueError(f"num_chains must be >= 1; got {num_chains}.")
+    chosen = tuple(chain_devices(num_chains, devices))
+    return ChainPlan(chosen, chain_method if chain_method is not None else _default_chain_method(chosen))
 
 
 def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple, chain_method: str):
@@ -176,6 +204,7 @@ def run_chains(
     devices=None,
     chain_method: str | None = None,
     description: str = "sampling",
+    plan: ChainPlan | None = None,
 ) -> tuple[dict, Any]:
     """Run ``num_chains`` chains of ``algorithm`` for ``num_iterations`` iterations.
 
@@ -198,6 +227,8 @@ def run_chains(
         of chain ``c`` do not depend on the number of chains or devices; floating-point
         diagnostics (log-likelihood, log-prior) can differ in the last bit because XLA compiles
         a batch of one chain differently from a batch of several.
+    plan : a :class:`ChainPlan` from :func:`plan_chains` (the caller's one decision, also used to
+        build ``algorithm``); give either ``plan`` or ``devices``/``chain_method``, not both.
 
     Returns
     -------
@@ -207,11 +238,13 @@ def run_chains(
     """
     if num_chains < 1 or num_iterations < 1:
         raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
-    devices = tuple(chain_devices(num_chains, devices))
-    if chain_method is None:
-        chain_method = _default_chain_method(devices)
-    if chain_method not in CHAIN_METHODS:
-        raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
+    if plan is None:
+        plan = plan_chains(num_chains, devices, chain_method)
+    elif devices is not None or chain_method is not None:
+        raise ValueError("give run_chains either plan or devices/chain_method, not both.")
+    devices, chain_method = plan
+    if num_chains % len(devices):
+        raise ValueError(f"the plan's {len(devices)} devices do not divide num_chains={num_chains}.")
     block_size = int(min(block_size, max(num_iterations, 1)))
     chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
     ident = _fingerprint(
