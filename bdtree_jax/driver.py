@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -27,7 +28,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
-__all__ = ["ChainPlan", "plan_chains", "run_chains", "trace_count", "chain_devices", "clear_compiled"]
+__all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_count", "chain_devices", "clear_compiled"]
 
 _TRACES = {"count": 0}
 
@@ -269,16 +270,14 @@ def run_chains(
             traces = jax.tree.map(lambda a: np.empty((a.shape[0], num_iterations) + a.shape[2:], a.dtype), block)
         jax.tree.map(lambda dst, src: dst.__setitem__((slice(None), slice(at, at + src.shape[1])), src), traces, block)
 
-    if checkpoint is not None and os.path.exists(checkpoint):
-        with open(checkpoint, "rb") as fh:
-            saved = pickle.load(fh)
-        if saved.get("ident") == ident:
-            start = saved["start"]
-            at = 0
-            for chunk in saved["chunks"]:
-                fill(chunk, at)
-                at += jax.tree.leaves(chunk)[0].shape[1]
-            states = _states_from_host(saved["states"])
+    saved = _read_checkpoint(checkpoint, ident)
+    if saved is not None:
+        start = saved["start"]
+        at = 0
+        for chunk in saved["chunks"]:
+            fill(chunk, at)
+            at += jax.tree.leaves(chunk)[0].shape[1]
+        states = _from_host(saved["states"])
     if states is None:
         states = init_fn(jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1), data)
     if len(devices) > 1:
@@ -286,11 +285,7 @@ def run_chains(
         states = jax.device_put(states, sharding)
         chain_keys = jax.device_put(chain_keys, sharding)
 
-    if progress is None:
-        progress = sys.stderr.isatty()
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=num_iterations, initial=start, disable=not progress, desc=description, leave=False)
+    bar = _progress_bar(progress, num_iterations, start, description)
 
     def collect(out, at, n_valid):  # device -> host (blocks until that block has run)
         fill(jax.tree.map(lambda a: np.asarray(a)[:, :n_valid], out), at)
@@ -318,6 +313,106 @@ def run_chains(
     return traces, states
 
 
+def run_independent(
+    run_one,
+    data,
+    *,
+    key: jax.Array,
+    num_chains: int,
+    progress: bool | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    fingerprint: Any = None,
+    devices=None,
+    jittable: bool = False,
+    description: str = "sampling",
+) -> Any:
+    """Run ``num_chains`` independent runs of a non-MCMC method (SMC runs, exact PCFG draws):
+    chain ``c`` is ``run_one(fold_in(key, c), data)``, so it does not depend on the number of
+    chains, devices or on a resume.
+
+    Parameters
+    ----------
+    run_one : ``(key, data) -> pytree`` of arrays, one chain's result.
+    data : its second argument (a pytree of arrays when ``jittable``; any object otherwise).
+    key : typed PRNG key of the run.
+    num_chains : int >= 1.
+    progress : show a tqdm bar over the chains; default: only when stderr is a terminal.
+    checkpoint : path of a checkpoint file (the same format as :func:`run_chains`'s).  Written
+        after every chain; if it exists and belongs to the same run (same ``fingerprint``, data,
+        key and number of chains), the chains it holds are not run again and the result equals
+        an uninterrupted run.
+    fingerprint : anything whose ``repr`` identifies the configuration, including every option
+        ``run_one`` closes over (part of the checkpoint identity).
+    devices : devices to spread chains over when ``jittable`` (default: all; see
+        :func:`chain_devices`).
+    jittable : ``run_one`` can be traced by JAX (e.g. a ``jax.jit`` function).  With several
+        devices the chains then run in waves of one chain per device (``shard_map``: one
+        compiled program for all devices, no communication); each chain's program is the same
+        as a lone call's, and the tests check that the results are bit-identical to the plain
+        per-chain loop.  With one device, or when ``run_one`` is host-side (``False``), the
+        chains run one after another in a plain loop.
+    description : the progress bar's label.
+
+    Returns
+    -------
+    The chains' results as host (numpy) arrays stacked with a leading ``(num_chains, ...)`` axis.
+    """
+    if not callable(run_one):
+        raise TypeError(f"run_one must be a function (key, data) -> result; got {run_one!r}.")
+    if isinstance(num_chains, bool) or not isinstance(num_chains, (int, np.integer)) or num_chains < 1:
+        raise ValueError(f"num_chains must be an integer >= 1; got {num_chains!r}.")
+    ident = _fingerprint("independent", fingerprint, jax.random.key_data(key), num_chains, *_data_leaves(data))
+    saved = _read_checkpoint(checkpoint, ident)
+    results = [] if saved is None else [_from_host(r, np.asarray) for r in saved["chunks"]]
+    devices = tuple(chain_devices(num_chains, devices)) if jittable else ()
+    wave_fn = _wave_program(run_one, devices) if len(devices) > 1 else None
+    bar = _progress_bar(progress, num_chains, len(results), description)
+    try:
+        while len(results) < num_chains:
+            first = len(results)
+            if wave_fn is None:
+                wave = [run_one(jax.random.fold_in(key, first), data)]
+            else:  # one chain per device; after a resume the last wave repeats its last chain
+                chains = jnp.minimum(first + jnp.arange(len(devices)), num_chains - 1)
+                out = jax.device_get(wave_fn(jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, chains), data))
+                n = min(len(devices), num_chains - first)
+                wave = [jax.tree.map(lambda a, i=i: a[i], out) for i in range(n)]
+            for one in wave:
+                results.append(jax.device_get(one))
+                bar.update(1)
+                if checkpoint is not None:
+                    _write_checkpoint(checkpoint, ident, len(results), [_to_host(r) for r in results], None)
+    finally:
+        bar.close()
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *results)
+
+
+def _wave_program(run_one, devices: tuple):
+    """Jitted ``(keys (D,), data) -> results (D, ...)``: chain ``keys[d]`` runs ``run_one`` alone
+    on device ``d``."""
+
+    def build():
+        def one_per_device(keys, data):  # keys: this device's (1,) share
+            return jax.tree.map(lambda a: a[None], run_one(keys[0], data))
+
+        mesh = Mesh(np.array(devices), ("chain",))
+        return jax.jit(jax.shard_map(one_per_device, mesh=mesh, in_specs=(P("chain"), P()),
+                                     out_specs=P("chain"), check_vma=False))
+
+    key = ("independent", run_one, devices)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = build()
+    return _PROGRAMS[key]
+
+
+def _data_leaves(data) -> list:
+    """The leaves identifying ``data`` in a checkpoint: a pytree's arrays, or a dataclass's fields
+    (e.g. PCFG's grammar), whose ``repr`` would elide large arrays."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return [getattr(data, f.name) for f in dataclasses.fields(data)]
+    return jax.tree.leaves(data)
+
+
 def _with_tree_summaries(chunk: dict) -> dict:
     """Add ``n_leaves`` and ``depth`` (iterations,) to a block's traces that record trees but not
     these: one vectorized pass over the block's trees after its step loop instead of a
@@ -329,9 +424,18 @@ def _with_tree_summaries(chunk: dict) -> dict:
     return {**chunk, "n_leaves": n_leaf, "depth": depth}
 
 
-def _states_to_host(states):
-    """Chain states as picklable numpy (typed PRNG keys, e.g. NUTS's, as their raw key data)."""
-    leaves, treedef = jax.tree.flatten(states)
+def _progress_bar(progress: bool | None, total: int, initial: int, description: str):
+    """A tqdm bar over ``total`` units; ``progress=None``: shown only when stderr is a terminal."""
+    from tqdm.auto import tqdm
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    return tqdm(total=total, initial=initial, disable=not progress, desc=description, leave=False)
+
+
+def _to_host(tree):
+    """A pytree as picklable numpy (typed PRNG keys, e.g. NUTS's, as their raw key data)."""
+    leaves, treedef = jax.tree.flatten(tree)
     out = []
     for leaf in leaves:
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
@@ -341,20 +445,33 @@ def _states_to_host(states):
     return treedef, out
 
 
-def _states_from_host(saved):
+def _from_host(saved, asarray=jnp.asarray):
+    """The inverse of :func:`_to_host`; other leaves go through ``asarray`` (``np.asarray`` keeps
+    them on the host with their dtype)."""
     treedef, leaves = saved
     restored = [
-        jax.random.wrap_key_data(jnp.asarray(x[2]), impl=x[1]) if isinstance(x, tuple) else jnp.asarray(x)
+        jax.random.wrap_key_data(jnp.asarray(x[2]), impl=x[1]) if isinstance(x, tuple) else asarray(x)
         for x in leaves
     ]
     return jax.tree.unflatten(treedef, restored)
 
 
+def _read_checkpoint(path, ident) -> dict | None:
+    """The checkpoint at ``path`` if it exists and belongs to the run ``ident``, else None."""
+    if path is None or not os.path.exists(path):
+        return None
+    with open(path, "rb") as fh:
+        saved = pickle.load(fh)
+    return saved if saved.get("ident") == ident else None
+
+
 def _write_checkpoint(path, ident, start, chunks, states) -> None:
+    """The one writer of checkpoints: ``start`` units done (iterations of :func:`run_chains`,
+    chains of :func:`run_independent`), their results ``chunks`` and the states to go on from."""
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as fh:
         pickle.dump(
-            dict(ident=ident, start=start, chunks=chunks, states=_states_to_host(states)),
+            dict(ident=ident, start=start, chunks=chunks, states=_to_host(states)),
             fh,
             protocol=pickle.HIGHEST_PROTOCOL,
         )
