@@ -1,6 +1,7 @@
-"""Command line: ``bdtree run CONFIG.yaml``.
+"""Command line: ``bdtree run CONFIG`` runs a YAML config, a file or a bundled config by name
+(``bdtree run quickstart``; ``bdtree configs`` lists the bundled ones).
 
-A config is a flat YAML mapping (unknown keys are an error)::
+A config is a YAML mapping (unknown keys are an error)::
 
     name: iris_cgm            # run name (default: the file's stem)
     dataset: iris             # bdtree_jax.datasets name; with split: paper, a paper split
@@ -25,6 +26,12 @@ A config is a flat YAML mapping (unknown keys are an error)::
                               # checkpoint.pkl (written every block_size iterations; rerunning an
                               # interrupted config resumes from it and gives the identical chain)
 
+The method's options may also be nested under ``method`` and the tempering options under
+``tempering`` (both spellings are accepted; a key may not be given in both)::
+
+    method: {name: pg, num_particles: 10, proposal: prior}
+    tempering: {n_temperatures: 4, delta_t: 0.2}
+
 Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
 kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
 draw's own prediction scored and averaged, the RJHMC paper's metric; for ``pcfg`` also the exact
@@ -44,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main", "load_config", "run_config"]
+__all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"]
 
 _MODEL_KEYS = {
     "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "valid_cuts", "structure", "pinball_rate",
@@ -57,17 +64,41 @@ _MODEL_KEYS = {
     "restructure", "max_groups",
 }
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
-_RUN_KEYS = {"name", "dataset", "split", "task", "method", "output"}
+_TEMPERING_KEYS = {"n_temperatures", "delta_t"}
+_RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
 _REGRESSION_DATASETS = {"cgm"}
 
 
-def load_config(path) -> dict:
-    """Read and validate a YAML run config; raises ``ValueError`` naming bad keys or values."""
+def bundled_configs() -> dict:
+    """``{name: file}`` of the configs shipped in ``bdtree_jax/configs`` (``bdtree run NAME``)."""
+    from importlib.resources import files
+
+    folder = files("bdtree_jax") / "configs"
+    return {f.name[: -len(".yaml")]: f for f in sorted(folder.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".yaml")}
+
+
+def find_config(config):
+    """The file of ``config``: an existing YAML file, else a bundled config's name (with or
+    without ``.yaml``); raises ``ValueError`` listing the bundled names."""
+    if os.path.isfile(config):
+        return Path(config)
+    bundled = bundled_configs()
+    name = str(config).removesuffix(".yaml")
+    if name in bundled:
+        return bundled[name]
+    raise ValueError(f"{config!r} is neither a YAML file nor a bundled config; bundled configs: {sorted(bundled)}.")
+
+
+def load_config(config) -> dict:
+    """Read and validate a YAML run config (a file or a bundled config's name); raises
+    ``ValueError`` naming bad keys or values."""
     import yaml
 
-    with open(path) as fh:
-        config = yaml.safe_load(fh) or {}
+    source = find_config(config)
+    path = str(source)
+    config = yaml.safe_load(source.read_text()) or {}
     if not isinstance(config, dict):
         raise ValueError(f"{path}: a config must be a YAML mapping of keys to values.")
     unknown = sorted(set(config) - ALLOWED_KEYS)
@@ -75,15 +106,41 @@ def load_config(path) -> dict:
         raise ValueError(f"{path}: unknown config keys {unknown}; allowed keys: {sorted(ALLOWED_KEYS)}.")
     if "dataset" not in config:
         raise ValueError(f"{path}: the config needs a 'dataset' key.")
-    config.setdefault("name", Path(path).stem)
+    config.setdefault("name", source.name.removesuffix(".yaml"))
     config.setdefault("method", "cgm")
     config.setdefault("split", "paper")
     config.setdefault("output", os.path.join("runs", config["name"]))
+    _flat_options(config, where=f"{path}: ")
+    return config
+
+
+def _method_name(config: dict) -> str:
+    method = config["method"]
+    return method.get("name") if isinstance(method, dict) else method
+
+
+def _flat_options(config: dict, *, where: str) -> dict:
+    """The config's model and sampler options as flat keywords (the nested ``method:`` and
+    ``tempering:`` mappings spread out), checked."""
     from .sampling import METHODS
 
-    if config["method"] not in METHODS:
-        raise ValueError(f"{path}: unknown method {config['method']!r}; available: {METHODS}.")
-    return config
+    flat = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
+    for section, allowed in (("method", _MODEL_KEYS | {"name"}), ("tempering", _TEMPERING_KEYS)):
+        nested = config.get(section, {})
+        if not isinstance(nested, dict):
+            if section == "method":
+                continue
+            raise ValueError(f"{where}tempering must be a mapping with keys {sorted(_TEMPERING_KEYS)}; got {nested!r}.")
+        unknown = sorted(set(nested) - allowed)
+        if unknown:
+            raise ValueError(f"{where}unknown {section} keys {unknown}; allowed: {sorted(allowed)}.")
+        twice = sorted(set(nested) & set(flat))
+        if twice:
+            raise ValueError(f"{where}{twice} given both at the top level and under {section}:; give each once.")
+        flat.update({k: v for k, v in nested.items() if k != "name"})
+    if _method_name(config) not in METHODS:
+        raise ValueError(f"{where}unknown method {_method_name(config)!r}; available: {METHODS}.")
+    return flat
 
 
 def _load_data(config):
@@ -118,7 +175,7 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     from .sampling import sample
 
     task, X_train, y_train, X_test, y_test = _load_data(config)
-    kwargs = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
+    kwargs = _flat_options(config, where="")
     for key in ("move_probs", "warmup_move_probs"):
         if key in kwargs:
             kwargs[key] = tuple(kwargs[key])
@@ -133,7 +190,7 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # written after every block_size iterations; rerunning the same config resumes from it
-    post = sample(X_train, y_train, task=task, method=config["method"], progress=progress,
+    post = sample(X_train, y_train, task=task, method=_method_name(config), progress=progress,
                   checkpoint=str(out / "checkpoint.pkl"), **kwargs)
     seconds = time.perf_counter() - t0
     draws = post.predict_draws(X_test)  # (chains*draws, n, P)
@@ -141,7 +198,7 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     per_chain = draws.reshape(C, S, *draws.shape[1:]).mean(1)
     y_true = np.asarray(y_test)
     metrics = dict(
-        name=config["name"], dataset=config["dataset"], method=config["method"], task=task,
+        name=config["name"], dataset=config["dataset"], method=_method_name(config), task=task,
         n_train=int(len(y_train)), n_test=int(len(y_test)), num_chains=C, num_draws_per_chain=S,
         seconds=seconds, config={k: v for k, v in config.items()},
     )
@@ -217,26 +274,63 @@ def _plots(post, out: Path) -> None:
     plt.close(fig)
 
 
+def _override(config: dict, item: str) -> None:
+    """Apply ``--set KEY=VALUE`` (a YAML value); a key given under ``method:`` or ``tempering:``
+    is replaced there."""
+    import yaml
+
+    k, sep, v = item.partition("=")
+    if not sep or k not in ALLOWED_KEYS:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(ALLOWED_KEYS)}.")
+    nested = [config[s] for s in ("method", "tempering") if isinstance(config.get(s), dict) and k in config[s]]
+    (nested[0] if nested and k not in ("method", "tempering") else config)[k] = yaml.safe_load(v)
+
+
+def _list_configs(names) -> int:
+    """``bdtree configs``: the bundled configs' names, datasets and methods; ``bdtree configs
+    NAME``: that config's YAML text (to copy and edit)."""
+    import yaml
+
+    bundled = bundled_configs()
+    for name in names:
+        print(find_config(name).read_text(), end="")
+    if not names:
+        for name, source in bundled.items():
+            config = yaml.safe_load(source.read_text())
+            method = config.get("method", "cgm")
+            method = method.get("name") if isinstance(method, dict) else method
+            print(f"{name:22s} dataset={config['dataset']:7s} method={method}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="bdtree", description="Bayesian decision trees in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a YAML config (see bdtree_jax.cli)")
-    run.add_argument("configs", nargs="+", help="YAML config files")
+    run = sub.add_parser(
+        "run", help="run YAML configs (see bdtree_jax.cli)",
+        epilog=f"bundled configs: {', '.join(bundled_configs())}",
+    )
+    run.add_argument("configs", nargs="+", metavar="CONFIG",
+                     help="a YAML file or the name of a bundled config (`bdtree configs` lists them)")
     run.add_argument("--output", help="override the config's output folder (single config only)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (YAML value), e.g. --set num_chains=2")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    show = sub.add_parser("configs", help="list the bundled configs, or print one (bdtree configs quickstart)")
+    show.add_argument("names", nargs="*", metavar="NAME", help="bundled configs to print")
     args = parser.parse_args(argv)
-    import yaml
+    if args.command == "configs":
+        try:
+            return _list_configs(args.names)
+        except ValueError as err:
+            print(f"bdtree: error: {err}", file=sys.stderr)
+            return 2
 
     for path in args.configs:
         try:
             config = load_config(path)
             for item in args.set:
-                k, sep, v = item.partition("=")
-                if not sep or k not in ALLOWED_KEYS:
-                    raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(ALLOWED_KEYS)}.")
-                config[k] = yaml.safe_load(v)
+                _override(config, item)
             if args.output:
                 config["output"] = args.output
             metrics = run_config(config, progress=args.progress)
