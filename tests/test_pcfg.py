@@ -198,11 +198,10 @@ def test_save_load_keeps_the_grammar(iris_fit, tmp_path):
 
 def test_cli_reports_exact_scores(tmp_path):
     import json
-    import os
 
     from bdtree_jax.cli import main
 
-    config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "iris_pcfg.yaml")
+    config = "iris_pcfg"  # a bundled config (bdtree_jax/configs)
     assert main(["run", config, "--output", str(tmp_path), "--set", "num_samples=100", "--set", "max_depth=4"]) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["map_tree_nodes"] == 7 and metrics["test_accuracy_exact_predictive"] > 0.9
