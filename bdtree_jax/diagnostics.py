@@ -8,6 +8,7 @@ C&RT", §7): do independent runs (different seeds) agree on the probabilities of
   of a "positive" class at every hold-out row under two runs, and their scatter plot;
 * :func:`accuracy_max_prob` — ``acc_max`` (predict the most probable class) and ``acc_prob``
   (predict at random with the posterior class probabilities);
+* :func:`swap_rates` — the acceptance rate of a tempered run's swaps between each pair of rungs;
 
 Example
 -------
@@ -32,6 +33,7 @@ __all__ = [
     "plot_probability_agreement",
     "positive_proba",
     "probability_agreement",
+    "swap_rates",
     "top_tree_table",
 ]
 
@@ -207,3 +209,19 @@ def top_tree_table(posteriors, k: int = 5, names=None) -> pd.DataFrame:
     table = pd.DataFrame({n: [f.get(t, 0.0) for t in top] for n, f in zip(names, freqs)},
                          index=pd.Index(top, name="tree"))
     return table
+
+
+# ----------------------------------------------------------------------------------------------
+# tempering
+
+
+def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, n_temperatures: int) -> np.ndarray:
+    """(R, R) acceptance rate of swaps proposed between rungs ``i < j`` (upper triangle; NaN where
+    never proposed) from the recorded ``swap_pair`` / ``swap_accepted`` arrays (any shape)."""
+    R = int(n_temperatures)
+    pair = np.asarray(swap_pair).ravel()
+    acc = np.asarray(swap_accepted).ravel().astype(float)
+    proposed = np.bincount(pair, minlength=R * R).reshape(R, R).astype(float)
+    accepted = np.bincount(pair, weights=acc, minlength=R * R).reshape(R, R)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(proposed > 0, accepted / proposed, np.nan)

@@ -14,7 +14,8 @@ probability (Angelopoulos & Cussens 2005, §5)::
 chains' ``beta`` rather than their states -- the same Markov chain on (temperature -> state)
 without copying states; a kernel with per-chain adaptation (RJHMC's step size) keeps it.  Only
 the chain at ``β = 1`` is recorded, plus which pair of levels was proposed and whether the swap
-was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``).
+was accepted (``swap_pair = i * R + j`` with ``i < j``; ``swap_accepted``;
+:func:`bdtree_jax.diagnostics.swap_rates` summarises them).
 
 Wrapped kernels: CGM, prune-and-regrow and their mix (:mod:`~bdtree_jax.kernels.regrow`), the
 edit prior (:mod:`~bdtree_jax.kernels.edit`), Particle Gibbs (:mod:`~bdtree_jax.kernels.pg`,
@@ -34,7 +35,7 @@ import numpy as np
 from .._types import Array
 from .base import SamplingAlgorithm
 
-__all__ = ["ladder", "tempered", "swap_rates"]
+__all__ = ["ladder", "tempered"]
 
 
 def ladder(n_temperatures: int = 4, delta_t: float = 0.2) -> tuple:
@@ -118,15 +119,3 @@ def tempered(algorithm: SamplingAlgorithm, betas: tuple, vectorized: bool = Fals
         return out
 
     return SamplingAlgorithm(init_fn, step_fn, trace_fn, draw_fn)
-
-
-def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, n_temperatures: int) -> np.ndarray:
-    """(R, R) acceptance rate of swaps proposed between rungs ``i < j`` (upper triangle; NaN where
-    never proposed) from the recorded ``swap_pair`` / ``swap_accepted`` arrays (any shape)."""
-    R = int(n_temperatures)
-    pair = np.asarray(swap_pair).ravel()
-    acc = np.asarray(swap_accepted).ravel().astype(float)
-    proposed = np.bincount(pair, minlength=R * R).reshape(R, R).astype(float)
-    accepted = np.bincount(pair, weights=acc, minlength=R * R).reshape(R, R)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(proposed > 0, accepted / proposed, np.nan)

@@ -66,6 +66,7 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     """RJHMC (HMC-DF) under Metropolis coupling.  A hot chain on its own (beta = 1/3 fixed: legs
     and acceptance use the tempered density) samples the exact tempered topology posterior, and
     the cold chain of a 3-rung ladder (beta 1, 1/2, 1/3; swaps exchange temperatures) the exact
+    from bdtree_jax.diagnostics import swap_rates
     untempered one, each within TV 0.05.  On these 50 XOR rows the two targets differ by TV ~0.14,
     so a rung that ignored its temperature, or hot draws leaking into the cold chain, fail."""
     from bdtree_jax.kernels import tempering
@@ -93,7 +94,7 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     traces, _ = run_chains(algorithm, _data(X, y), key=jax.random.key(2), num_chains=CHAINS,
                            num_iterations=WARMUP + KEPT)
     assert tv_distance(exact, frequencies(traces)) <= 0.05
-    rates = tempering.swap_rates(traces["swap_pair"][:, WARMUP:], traces["swap_accepted"][:, WARMUP:], 3)
+    rates = swap_rates(traces["swap_pair"][:, WARMUP:], traces["swap_accepted"][:, WARMUP:], 3)
     upper = rates[np.triu_indices(3, 1)]
     assert np.all((upper > 0.05) & (upper < 0.999)), rates
     # the same through sample(): swap statistics reach the posterior and ArviZ
