@@ -11,10 +11,10 @@ configure_cpu_devices()
 from . import bart, datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
 from .bart import BARTClassifier, BARTRegressor  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
-from .data import SplitGrid, TreeData, make_split_grid, make_tree_data  # noqa: E402
+from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
-from .priors import TreePrior  # noqa: E402
+from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .sampling import sample  # noqa: E402
 from .tree import Tree  # noqa: E402

@@ -95,11 +95,11 @@ from ._types import Array, PRNGKey
 from .estimators._checks import _FeatureChecks
 from .data import (SPLIT_PRIORS, VALID_CUTS, SplitGrid, TreeData, check_classification_y, check_max_cuts,
                    check_regression_y,
-                   check_X, make_split_grid, make_tree_data)
+                   check_X, make_split_grid)
 from .kernels import cgm, pg
 from .kernels.base import SamplingAlgorithm
 from .likelihoods import BARTLeafNormal
-from .priors import TreePrior, node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
+from .priors import TreePrior, make_tree_data, node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
 from .tree import Tree, leaf_index, leaf_nodes, n_nodes, tree_summaries
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Input validation, split candidates and the device-side data container.
+"""Input validation, split candidates, feature codes and the device-side data container.
 
 Everything here runs on the host, once, before anything is traced: jitted code assumes valid
 input.
@@ -23,8 +23,8 @@ __all__ = [
     "TreeData",
     "SplitGrid",
     "make_split_grid",
-    "make_tree_data",
     "cut_cumwidth",
+    "code_features",
     "SPLIT_PRIORS",
     "VALID_CUTS",
     "check_X",
@@ -220,95 +220,50 @@ def cut_cumwidth(split_prior: str, n_features: int, n_slots: int, widths: np.nda
     return cum
 
 
-def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None,
-                   grid: SplitGrid | None = None) -> TreeData:
-    """Assemble :class:`TreeData`.
+def code_features(X: np.ndarray, n_buckets=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Integer codes of every feature and, per feature, the raw cut index of each code boundary.
 
     Parameters
     ----------
-    bins : (n, F) bin codes (:meth:`SplitGrid.bin`).
-    y : (n,) class codes ``0..K-1`` or real responses (passed to ``likelihood.point_stats``).
-    prior : TreePrior
-    likelihood : DirichletMultinomial or NormalMeanShift
-    box_side : (K, F, C) int8 box constraints (:func:`bdtree_jax.priors.box_sides`), or None.
-    grid : the :class:`SplitGrid` of ``bins``; needed for ``prior.split_prior == "range"`` (the
-        cut widths).
+    X : (n, F) float array of training inputs.
+    n_buckets : None, int or sequence of F ints.  A feature with more distinct values than its
+        bucket count is cut into that many equal-width buckets between its smallest and largest
+        training value (buckets without rows are dropped, so gaps in the data stay gaps); others
+        keep one code per distinct value.  ``None``: no bucketing.
+
+    Returns
+    -------
+    codes : (n, F) int32, ``0 .. B_f - 1`` per feature, increasing with the value.
+    boundary_cut : list of F arrays of length ``B_f - 1``: the split "code ``<= t``" equals the
+        split ``x_f <= thresholds[f, boundary_cut[f][t]]`` of :func:`make_split_grid` on the
+        same ``X`` (the midpoint between the last value of bucket ``t`` and the first of
+        bucket ``t + 1``).
     """
-    import jax.numpy as jnp
-
-    from .priors import pinball_tables, split_probability
-
-    point_stats = likelihood.point_stats(np.asarray(y))
-
-    bins = np.asarray(bins, np.int32)
-    split_prior = prior.split_prior
-    if split_prior == "range" and (grid is None or grid.widths is None):
-        raise ValueError("make_tree_data: split_prior='range' needs the split grid (grid=) for the cut widths.")
-    n_slots = grid.thresholds.shape[1] if grid is not None else max(1, int(bins.max(initial=0)))
-    cumwidth = cut_cumwidth(split_prior, bins.shape[1], n_slots, None if grid is None else grid.widths)
-    order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
-    sorted_bins = np.take_along_axis(bins.T, order, axis=1)
-    return TreeData(
-        jnp.asarray(bins),
-        jnp.asarray(point_stats, jnp.float32),
-        jnp.asarray(sorted_bins),
-        jnp.asarray(order),
-        _split_prob(prior, split_probability, pinball_tables),
-        likelihood.prepare(bins.shape[0]),
-        jnp.asarray(cumwidth),
-        None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
-        _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
-        _cut_count(bins, grid) if getattr(prior, "valid_cuts", "data") == "ancestors" else None,
-        _bin_bits(bins) if prior.min_leaf_size == 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
-    )
-
-
-def _cut_count(bins: np.ndarray, grid: "SplitGrid | None"):
-    """(F,) int32 candidate cuts per feature: the grid's, or (without a grid) the largest bin code,
-    which counts the cuts below the feature's largest value."""
-    import jax.numpy as jnp
-
-    count = grid.n_cuts if grid is not None else np.asarray(bins).max(axis=0, initial=0)
-    return jnp.asarray(np.asarray(count), jnp.int32)
-
-
-def _split_prob(prior, split_probability, pinball_tables):
-    """The prior's numbers for :attr:`TreeData.split_prob` (CGM98 split probabilities or the
-    pinball tables), as device arrays."""
-    import jax
-    import jax.numpy as jnp
-
-    if getattr(prior, "structure", "cgm") == "pinball":
-        return jax.tree.map(jnp.asarray, pinball_tables(prior))
-    return jnp.asarray(split_probability(prior))
-
-
-def _bin_onehot(bins: np.ndarray):
-    """(n, F, B) int32 indicator of every row's bin, or None when a feature has more than
-    :data:`MAX_HISTOGRAM_BINS` bins."""
-    import jax.numpy as jnp
-
-    n_bins = int(bins.max(initial=0)) + 1
-    if n_bins > MAX_HISTOGRAM_BINS:
-        return None
-    return jnp.asarray(bins[:, :, None] == np.arange(n_bins), jnp.int32)
-
-
-def _bin_bits(bins: np.ndarray):
-    """(W, F, B) uint32 row bitsets of every feature's bins (:attr:`TreeData.bin_bits`), or None
-    when a feature has more than :data:`MAX_BITSET_BINS` bins."""
-    import jax.numpy as jnp
-
-    n, n_features = bins.shape
-    n_bins = int(bins.max(initial=0)) + 1
-    if n_bins > MAX_BITSET_BINS or n == 0:
-        return None
-    words = -(-n // 32)
-    row = np.arange(n)
-    out = np.zeros((words, n_features, n_bins), np.uint32)
-    bit = np.left_shift(np.uint32(1), (row // words).astype(np.uint32))
-    np.bitwise_or.at(out, ((row % words)[:, None], np.arange(n_features)[None, :], bins), bit[:, None])
-    return jnp.asarray(out)
+    X = np.asarray(X, float)
+    n, F = X.shape
+    if n_buckets is None or np.isscalar(n_buckets):
+        buckets = [n_buckets] * F
+    else:
+        buckets = list(n_buckets)
+    codes = np.empty((n, F), np.int32)
+    boundary_cut = []
+    for f in range(F):
+        u, rank = np.unique(X[:, f], return_inverse=True)
+        b = buckets[f]
+        if b is not None and len(u) > b:
+            edges = np.linspace(u[0], u[-1], b + 1)[1:-1]
+            raw = np.searchsorted(edges, X[:, f], side="right")
+            _, code = np.unique(raw, return_inverse=True)
+        else:
+            code = rank
+        code = code.astype(np.int32).ravel()
+        codes[:, f] = code
+        n_codes = int(code.max()) + 1
+        # largest raw rank inside each code = the raw cut between this code and the next
+        last_rank = np.full(n_codes, -1)
+        np.maximum.at(last_rank, code, rank.ravel())
+        boundary_cut.append(last_rank[:-1].astype(np.int32))
+    return codes, boundary_cut
 
 
 # ----------------------------------------------------------------------------------------------

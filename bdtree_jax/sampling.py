@@ -113,9 +113,9 @@ def _build_algorithm(data, model, move_probs=CGM_MOVE_PROBS, chain_method=None, 
 def _build_model(X, y, *, task, max_depth, alpha, beta, min_leaf_size, concentration, nu, lam, a, mu_bar, where,
                  box_constraints=None, split_prior="uniform", structure="cgm", pinball_rate=3.0, pinball_balance=1.0,
                  pinball_max_leaves=None, valid_cuts="data"):
-    from .data import check_classification_y, check_regression_y, check_X, make_split_grid, make_tree_data
+    from .data import check_classification_y, check_regression_y, check_X, make_split_grid
     from .likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
-    from .priors import TreePrior, box_sides
+    from .priors import TreePrior, box_sides, make_tree_data
 
     if task not in TASKS:
         raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")

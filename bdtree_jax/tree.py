@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -28,6 +29,7 @@ from ._types import Array
 __all__ = [
     "Tree",
     "distinct_trees",
+    "over_draws",
     "empty_tree",
     "n_nodes",
     "node_depths",
@@ -273,6 +275,20 @@ def distinct_trees(trees: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()  # one byte string per draw
     _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
     return first, inverse.ravel(), counts
+
+
+def over_draws(program, trees, idx: np.ndarray, chunk: int = 256):
+    """Run a jitted per-draw ``program(draws, trees_of_draws)`` over the draws ``idx`` of the flat
+    ``trees`` (a pytree of arrays with a leading draw axis) in chunks of one fixed size (the last
+    padded with its first draw, so it compiles once); returns its outputs (a pytree) for ``idx``
+    concatenated along the draw axis."""
+    outs = []
+    for s in range(0, len(idx), chunk):
+        sel = idx[s : s + chunk]
+        pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
+        res = program(pad, jax.tree.map(lambda a: jnp.asarray(np.asarray(a)[pad]), trees))
+        outs.append(jax.tree.map(lambda r: np.asarray(r)[: len(sel)], res))
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
 def to_string(tree: Tree, thresholds: np.ndarray) -> str:

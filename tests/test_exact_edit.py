@@ -19,8 +19,9 @@ from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.tree import Tree, from_string, to_string
 
-X = np.array([[1, 5], [2, 3], [3, 6], [4, 1], [5, 2], [6, 4]], float)
-Y = np.array([0, 0, 1, 1, 0, 1])
+from helpers import TOY_X, TOY_Y_CLASS
+
+X, Y = TOY_X, TOY_Y_CLASS
 LIK = DirichletMultinomial(2, 1.0)
 PS = np.asarray(LIK.point_stats(Y), float)
 PRIOR = TreePrior(max_depth=2)

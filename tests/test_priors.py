@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import enumerate_trees
 from bdtree_jax.kernels.cgm import CGMConfig, init
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior
+from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.tree import Tree, from_string
 
 

@@ -6,10 +6,10 @@ import pytest
 
 import bdtree_jax as bd
 from bdtree_jax import driver as sampling
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.kernels import cgm
 from bdtree_jax.likelihoods import DirichletMultinomial
-from bdtree_jax.priors import TreePrior
+from bdtree_jax.priors import TreePrior, make_tree_data
 
 
 @pytest.fixture(scope="module")

@@ -40,24 +40,15 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import (
-    PinballTables,
-    TreePrior,
-    _split_mask,
-    child_bounds,
-    draw_cut,
-    leaf_size_log_prior,
-    log_rule_prob,
-    log_tree_prior,
-    node_bounds,
-    node_stats,
-    splittable,
-    subtree_sums,
-)
-from ..tree import (
-    Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_nodes, nog_nodes, prune, swap,
-)
+from ..priors import PinballTables, TreePrior, child_bounds, leaf_size_log_prior, log_rule_prob, log_tree_prior
+from ..priors import node_bounds, split_mask, subtree_sums
+from ..tree import Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_nodes, prune, swap
+from ._moves import CGMState, draw_rule, mh_log_ratio, pick, score, targets, with_scores
 from .base import SamplingAlgorithm
+
+# The old private spellings of two shared moves (:mod:`bdtree_jax.kernels._moves`), still read by BART.
+_score = score
+_log_ratio = mh_log_ratio
 
 __all__ = [
     "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
@@ -122,30 +113,6 @@ class CGMConfig:
         object.__setattr__(self, "move_probs", p)
 
 
-class CGMState(NamedTuple):
-    """One chain's state.
-
-    Attributes
-    ----------
-    tree : Tree, arrays of shape (N,).
-    leaf_id : (n,) int32 leaf of every training row.
-    stats : (N, S) float32 sufficient statistics of every node (0 for inactive nodes).
-    lo, hi : (N, F) int32 valid-cut interval of every node (see :mod:`bdtree_jax.priors`).
-    log_lik : () float32 log integrated likelihood (at inverse temperature 1).
-    log_prior : () float32 log tree prior.
-    beta : () float32 inverse temperature; the chain targets ``p(T) L(T)**beta``.
-    """
-
-    tree: Tree
-    leaf_id: Array
-    stats: Array
-    lo: Array
-    hi: Array
-    log_lik: Array
-    log_prior: Array
-    beta: Array
-
-
 class CGMInfo(NamedTuple):
     """Per-step diagnostics: ``move`` () int32 index into :data:`MOVES` (-1: no move possible),
     ``accepted`` () bool, ``log_accept_ratio`` () float32."""
@@ -155,69 +122,12 @@ class CGMInfo(NamedTuple):
     log_accept_ratio: Array
 
 
-def _with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_size: int = 1) -> CGMState:
-    """Complete a state from its cached statistics (no pass over the data); ``min_leaf_size``
-    matters only to the ``valid_cuts="ancestors"`` truncation."""
-    is_leaf = leaf_nodes(tree)
-    log_lik = data.likelihood.log_lik(stats, is_leaf)
-    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side)
-    log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, min_leaf_size)
-    return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
-
-
-def _score(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
-    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
-    leaf_id, stats = node_stats(tree, data)
-    lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
-    return _with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
-
-
-def _propose_grow(state: CGMState, node, feature, cut, data: TreeData, config: CGMConfig) -> CGMState:
-    """Split leaf ``node``: only the rows of that leaf are touched (two new children)."""
-    left_child, right_child = 2 * node + 1, 2 * node + 2
-    in_node = state.leaf_id == node
-    goes_left = jnp.take(data.bins, feature, axis=1) <= cut
-    left, right = in_node & goes_left, in_node & ~goes_left
-    stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
-    stats = state.stats.at[left_child].set(stats_left).at[right_child].set(state.stats[node] - stats_left)
-    new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, in_node, goes_left, data,
-                                  config.min_leaf_size)
-    lo = state.lo.at[left_child].set(new_lo[0]).at[right_child].set(new_lo[1])
-    hi = state.hi.at[left_child].set(new_hi[0]).at[right_child].set(new_hi[1])
-    leaf_id = jnp.where(left, left_child, jnp.where(right, right_child, state.leaf_id))
-    return _with_scores(grow(state.tree, node, feature, cut), leaf_id, stats, lo, hi, data, state.beta,
-                        config.min_leaf_size)
-
-
-def _propose_prune(state: CGMState, node, data: TreeData, min_leaf_size: int = 1) -> CGMState:
-    """Merge the two leaf children of ``node``; the node's cached statistics are already right."""
-    left_child, right_child = 2 * node + 1, 2 * node + 2
-    leaf_id = jnp.where((state.leaf_id == left_child) | (state.leaf_id == right_child), node, state.leaf_id)
-    zero = lambda a: a.at[left_child].set(0).at[right_child].set(0)  # noqa: E731  (canonical slots)
-    return _with_scores(
-        prune(state.tree, node), leaf_id, zero(state.stats), zero(state.lo), zero(state.hi), data, state.beta,
-        min_leaf_size,
-    )
-
-
 def init(key: PRNGKey | None, data: TreeData, config: CGMConfig, tree: Tree | None = None, beta=1.0) -> CGMState:
     """Initial state at ``tree`` (default: the stump).  ``key`` is unused (kept for the protocol)."""
     del key
     if tree is None:
         tree = empty_tree(config.max_depth)
-    return _score(tree, data, config, beta)
-
-
-def _targets(state: CGMState, data: TreeData, can_split: Array | None = None) -> Array:
-    """(4, N) bool: the nodes each move can act on (grow, prune, change, swap).  ``can_split``
-    (N,) bool: :func:`~bdtree_jax.priors.splittable` of the nodes when the caller keeps it (BART),
-    else computed from the bounds."""
-    leaf = leaf_nodes(state.tree)
-    if can_split is None:
-        can_split = splittable(state.lo, state.hi, data.split_prob)
-    growable = leaf & can_split
-    internal = state.tree.is_split
-    return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
+    return score(tree, data, config, beta)
 
 
 def _choose_move(log_p: Array, u: Array) -> Array:
@@ -230,23 +140,6 @@ def _log_move_probs(counts: Array, move_probs: tuple) -> Array:
     """(4,) log probabilities of the moves, renormalised over moves with targets."""
     w = jnp.asarray(move_probs, jnp.float32) * (counts > 0)
     return jnp.log(w) - jnp.log(jnp.maximum(w.sum(), 1e-30))
-
-
-def _pick(mask: Array, u: Array) -> Array:
-    """Index of the ``floor(u * count)``-th True entry of ``mask`` (uniform over the True entries
-    for ``u ~ U[0, 1)``); 0 if there is none.  Inverse-CDF choice: one uniform, no Gumbel draws."""
-    counts = jnp.cumsum(mask.astype(jnp.int32))
-    k = jnp.floor(u * counts[-1]).astype(jnp.int32)
-    return jnp.argmax(counts > k).astype(jnp.int32)
-
-
-def _draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Array) -> tuple[Array, Array]:
-    """A rule from ``p_rule``: uniform valid feature, then a valid cut by inverse CDF of the cut
-    weights ``cumwidth`` (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`; uniform or by gap width,
-    see :mod:`bdtree_jax.priors`).  lo, hi: (F,)."""
-    width = jnp.maximum(hi - lo, 0)
-    f = _pick(width > 0, u_feature)
-    return f, draw_cut(cumwidth, f, lo[f], hi[f], u_cut)
 
 
 def draw(key: PRNGKey) -> Array:
@@ -316,29 +209,23 @@ def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
     return log_q_reverse - log_q_forward
 
 
-def _log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):
-    """The MH log-ratio ``beta dlog L + dlog p + log q ratio`` (NaN, e.g. ``inf - inf``, rejects)."""
-    log_ratio = tempered_d_log_lik + d_log_prior + log_q_ratio
-    return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
-
-
 def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
     """Batched chains (``config.incremental=False``): edit the tree (cheap selects) and re-score it
     whole (one pass over the data), whatever the move, then accept or reject."""
     tree = state.tree
     edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
     new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
-    proposed = _score(new_tree, data, config, state.beta)
+    proposed = score(new_tree, data, config, state.beta)
     return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
 
 
 def _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
     """The MH step from ``state`` to the re-scored ``proposed`` state."""
     proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))  # BART keeps int16
-    counts_new = _targets(proposed, data).sum(1)
+    counts_new = targets(proposed, data).sum(1)
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
-    log_ratio = _log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior,
-                           _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config))
+    log_ratio = mh_log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior,
+                             _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config))
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
@@ -364,17 +251,17 @@ def _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_ac
     is_leaf = leaf_nodes(tree)  # the same leaves after the move
     too_small = jnp.any(below & is_leaf & (data.likelihood.rows(stats) < max(config.min_leaf_size, 1) - 0.5))
 
-    def score():
+    def rescore():
         lo, hi = node_bounds(new_tree, leaf_id, data, config.min_leaf_size, rows=moved)
         lo, hi = jnp.where(below[:, None], lo, state.lo), jnp.where(below[:, None], hi, state.hi)
-        proposed = _with_scores(new_tree, leaf_id, stats, lo, hi, data, state.beta, config.min_leaf_size)
+        proposed = with_scores(new_tree, leaf_id, stats, lo, hi, data, state.beta, config.min_leaf_size)
         return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data,
                             config)
 
     def reject():
         return state, CGMInfo(jnp.where(any_move, move, -1), jnp.bool_(False), jnp.float32(-jnp.inf))
 
-    return jax.lax.cond(too_small, reject, score)
+    return jax.lax.cond(too_small, reject, rescore)
 
 
 class LocalProposal(NamedTuple):
@@ -440,12 +327,12 @@ def _choose(uniforms, state, data, config, can_split=None):
     step's uniforms.  Returns ``(move, node, feature, cut, counts, log_p, any_move)``: the (4,)
     target counts and move log-probabilities, and whether any move is possible."""
     u_move, u_node, u_feature, u_cut = uniforms[0], uniforms[1], uniforms[2], uniforms[3]
-    targets = _targets(state, data, can_split)
-    counts = targets.sum(1)
+    target_nodes = targets(state, data, can_split)
+    counts = target_nodes.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     move = _choose_move(log_p, u_move)
-    node = _pick(targets[move], u_node)
-    feature, cut = _draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
+    node = pick(target_nodes[move], u_node)
+    feature, cut = draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
     return move, node, feature, cut, counts, log_p, jnp.any(counts > 0)
 
 
@@ -490,7 +377,7 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     # prior: with CGM98's split probabilities and no box constraints, the change is the factor of
     # ``node`` (leaf 1 - p, split p * p_rule) and its children's leaf factors; otherwise (pinball
     # prior, boxes: factors that reach beyond the three nodes) the proposed tree's prior in full
-    may_child = _split_mask(data.split_prob)[jnp.minimum(left_child, n_nodes - 1)] > 0
+    may_child = split_mask(data.split_prob)[jnp.minimum(left_child, n_nodes - 1)] > 0
     can_old = jnp.any(old_hi > old_lo, axis=1) & may_child
     can_new = jnp.any(new_hi > new_lo, axis=1) & may_child
     rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
@@ -561,7 +448,7 @@ def _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_acce
     as_leaf = jnp.where(prop.was_split, (is_leaf & (((idx - left_child) >> 1) != 0)) | (idx == node), is_leaf)
     gains = data.likelihood.split_gain(state.stats, as_leaf, node, jnp.stack([old_stats[0], stats_left]))
     d_log_lik = jnp.where(prop.splits, gains[1], 0.0) - jnp.where(prop.was_split, gains[0], 0.0)
-    log_ratio = _log_ratio(state.beta * d_log_lik, prop.d_log_prior, prop.log_q_ratio)
+    log_ratio = mh_log_ratio(state.beta * d_log_lik, prop.d_log_prior, prop.log_q_ratio)
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
 
     new_tree, leaf_id, lo, hi = apply_local(state, prop, accepted)

@@ -44,6 +44,7 @@ from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..tree import Tree, change, n_leaves, tree_depth
 from . import cgm
+from ._moves import draw_rule, pick, propose_grow, propose_prune, score, targets
 from .base import SamplingAlgorithm
 
 __all__ = ["EditConfig", "EditData", "EditState", "apply_edit", "replay", "edit_prior", "initial_tree_from"]
@@ -116,19 +117,19 @@ class EditState(NamedTuple):
 
 def apply_edit(state: cgm.CGMState, u: Array, data: TreeData, config: cgm.CGMConfig) -> cgm.CGMState:
     """One edit of the prior's process driven by ``u`` (4,) uniforms (move, node, feature, cut)."""
-    targets = cgm._targets(state, data)[:3]
-    counts = targets.sum(1)
+    move_targets = targets(state, data)[:3]
+    counts = move_targets.sum(1)
     w = (counts > 0).astype(jnp.float32)
     cdf = jnp.cumsum(w)
     move = jnp.minimum(jnp.sum(u[0] * cdf[-1] >= cdf[:-1]), 2).astype(jnp.int32)
-    node = cgm._pick(targets[move], u[1])
-    feature, cut = cgm._draw_rule(u[2], u[3], state.lo[node], state.hi[node], data.cut_cumwidth)
+    node = pick(move_targets[move], u[1])
+    feature, cut = draw_rule(u[2], u[3], state.lo[node], state.hi[node], data.cut_cumwidth)
     proposed = jax.lax.switch(
         move,
         (
-            lambda: cgm._propose_grow(state, node, feature, cut, data, config),
-            lambda: cgm._propose_prune(state, node, data),
-            lambda: cgm._score(change(state.tree, node, feature, cut), data, config, state.beta),
+            lambda: propose_grow(state, node, feature, cut, data, config),
+            lambda: propose_prune(state, node, data),
+            lambda: score(change(state.tree, node, feature, cut), data, config, state.beta),
         ),
     )
     ok = (counts[move] > 0) & jnp.isfinite(proposed.log_prior)
@@ -165,7 +166,7 @@ def draw(key: PRNGKey, max_edits: int):
 
 
 def _initial(data: EditData, config: EditConfig) -> cgm.CGMState:
-    return cgm._score(data.initial_tree, data.tree_data, config.cgm, 1.0)
+    return score(data.initial_tree, data.tree_data, config.cgm, 1.0)
 
 
 def step_with_uniforms(uniforms, state: EditState, data: EditData, config: EditConfig):

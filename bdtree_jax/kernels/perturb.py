@@ -17,7 +17,7 @@ the state's inverse temperature) and keeps its shape (the internal nodes never c
 ``η``'s rows, hence its ``lo, hi`` and ``k(η)``, depend only on its ancestors' rules and are
 unchanged by the move; what changes is ``η``'s rule factor and the prior factors of the nodes
 below ``η`` (their rows, valid-cut intervals, ``k`` and leaf factors change with the partition).
-The proposed tree is re-scored in full (:func:`~bdtree_jax.kernels.cgm._score`), whose
+The proposed tree is re-scored in full (:func:`~bdtree_jax.kernels._moves.score`), whose
 ``log_prior`` is the whole prior: a node left without a valid rule (a child below
 ``min_leaf_size`` rows, a rule outside its node's interval) or a cut box gives ``-inf`` -> rejected.
 
@@ -87,6 +87,7 @@ from ..data import TreeData
 from ..priors import check_valid_cuts, draw_cut, log_rule_prob
 from ..tree import change
 from . import cgm
+from ._moves import pick, score
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -226,7 +227,7 @@ def propose(uniforms: Array, state: cgm.CGMState, width: Array, data: TreeData, 
     tree = state.tree
     internal = tree.is_split
     has_internal = jnp.any(internal)
-    node = cgm._pick(internal, u_node)
+    node = pick(internal, u_node)
     v, c = tree.feature[node].astype(jnp.int32), tree.cut[node].astype(jnp.int32)
     lo, hi = state.lo[node], state.hi[node]  # (F,): η's rows, the same in T and T'
     change_var = u_kind < config.p_change_var
@@ -240,12 +241,12 @@ def propose(uniforms: Array, state: cgm.CGMState, width: Array, data: TreeData, 
 
     # change of variable: another feature with a valid cut at η, its cut from the prior
     others = (hi > lo) & (jnp.arange(lo.shape[0]) != v)
-    v_new = cgm._pick(others, u_feature)
+    v_new = pick(others, u_feature)
     c_var = draw_cut(data.cut_cumwidth, v_new, lo[v_new], hi[v_new], u_cut)
 
     feature = jnp.where(change_var, v_new, v)
     cut = jnp.where(change_var, c_var, c_cut)
-    proposed = cgm._score(change(tree, node, feature, cut), data, config.cgm, state.beta)
+    proposed = score(change(tree, node, feature, cut), data, config.cgm, state.beta)
 
     rule_new = log_rule_prob(lo, hi, v_new, c_var, data.cut_cumwidth)
     rule_old = log_rule_prob(lo, hi, v, c, data.cut_cumwidth)

@@ -42,6 +42,7 @@ from ..data import TreeData
 from ..priors import check_cgm_structure, check_valid_cuts, regrow_subtree, subtree_sums, violates_boxes
 from ..tree import active_nodes
 from . import cgm
+from ._moves import pick, with_scores
 from .base import SamplingAlgorithm
 
 __all__ = ["RegrowConfig", "draw", "step", "step_with_uniforms", "regrow", "with_regrow"]
@@ -81,7 +82,7 @@ def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: Re
     (u_node, u_accept), sub, redraw_key = uniforms
     active = active_nodes(state.tree)
     d_old = active.sum()
-    node = cgm._pick(active, u_node)
+    node = pick(active, u_node)
 
     def attempt(u):
         return regrow_subtree(state.tree, state.leaf_id, state.lo, state.hi, node, u, data, config.min_leaf_size)
@@ -97,7 +98,7 @@ def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: Re
         )
     tree, leaf_id, lo, hi = new
     stats = subtree_sums(data.point_stats, leaf_id, tree.is_split.shape[0])
-    proposed = cgm._with_scores(tree, leaf_id, stats, lo, hi, data, state.beta)
+    proposed = with_scores(tree, leaf_id, stats, lo, hi, data, state.beta)
     d_new = active_nodes(tree).sum()
     log_ratio = state.beta * (proposed.log_lik - state.log_lik) + jnp.log(d_old) - jnp.log(d_new)
     log_ratio = jnp.where(jnp.isfinite(proposed.log_prior) & ~jnp.isnan(log_ratio), log_ratio, -jnp.inf)

@@ -61,6 +61,7 @@ from ..data import TreeData
 from ..priors import check_cgm_structure, check_valid_cuts, log_cut_probs, splittable
 from ..tree import Tree, leaf_nodes, n_nodes
 from . import cgm
+from ._moves import draw_rule, propose_grow
 
 __all__ = ["SMC_PROPOSALS", "RESAMPLING", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run", "resample_indices"]
 
@@ -246,7 +247,7 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
     beta = state.beta
     if config.proposal == "prior":
         split = has & (uniforms[0] < p)
-        feature, cut = cgm._draw_rule(uniforms[1], uniforms[2], state.lo[node], state.hi[node], data.cut_cumwidth)
+        feature, cut = draw_rule(uniforms[1], uniforms[2], state.lo[node], state.hi[node], data.cut_cumwidth)
     else:
         gain, log_rule = _rule_gains(state, node, data, n_bins)
         log_mass = jnp.concatenate([jnp.log1p(-p)[None], (jnp.log(p) + log_rule + beta * gain).reshape(-1)])
@@ -260,7 +261,7 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
         split = jnp.where(is_reference, has & reference.is_split[node], split)
         feature = jnp.where(is_reference, reference.feature[node], feature).astype(jnp.int32)
         cut = jnp.where(is_reference, reference.cut[node], cut).astype(jnp.int32)
-    grown = cgm._propose_grow(state, node, feature, cut, data, config.cgm)
+    grown = propose_grow(state, node, feature, cut, data, config.cgm)
     if config.proposal == "prior":
         # valid_cuts="ancestors": the proposal draws from the untruncated prior process, so a
         # split leaving a leaf below min_leaf_size rows (the truncated prior's 0) weighs 0

@@ -15,7 +15,7 @@ import numpy as np
 from ..data import SplitGrid, check_X
 from ..likelihoods import DirichletMultinomial
 from ..priors import TreePrior
-from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes, plot_tree, to_string, tree_text
+from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
 
 __all__ = ["Posterior", "PCFGPosterior", "SMCPosterior", "posterior_from_traces"]
 
@@ -88,20 +88,6 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
         return loglik, rep, jnp.sqrt(sigma2)
 
     return jax.vmap(one)(keys, trees)
-
-
-def _over_draws(program, trees, idx: np.ndarray, chunk: int = 256):
-    """Run a jitted per-draw ``program(draws, trees_of_draws)`` over the draws ``idx`` of the flat
-    ``trees`` (a pytree of arrays with a leading draw axis) in chunks of one fixed size (the last
-    padded with its first draw, so it compiles once); returns its outputs (a pytree) for ``idx``
-    concatenated along the draw axis."""
-    outs = []
-    for s in range(0, len(idx), chunk):
-        sel = idx[s : s + chunk]
-        pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
-        res = program(pad, jax.tree.map(lambda a: jnp.asarray(np.asarray(a)[pad]), trees))
-        outs.append(jax.tree.map(lambda r: np.asarray(r)[: len(sel)], res))
-    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
 class _DrawSummaries:
@@ -300,7 +286,7 @@ class Posterior(_DrawSummaries):
         if max_draws is not None and total > max_draws:
             idx = np.linspace(0, total - 1, max_draws).round().astype(int)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        return _over_draws(
+        return over_draws(
             lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
             flat, idx, chunk,
         )
@@ -317,7 +303,7 @@ class Posterior(_DrawSummaries):
         out = 0.0
         for s in range(0, len(first), chunk):
             sel = np.arange(s, min(s + chunk, len(first)))
-            params = _over_draws(
+            params = over_draws(
                 lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
                 Tree(*flat), first[sel], chunk,
             )
@@ -354,7 +340,7 @@ class Posterior(_DrawSummaries):
         total = flat.is_split.shape[0]
         keys = jax.random.split(jax.random.key(seed), total)
         train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        return _over_draws(
+        return over_draws(
             lambda draws, trees: _draw_function(
                 keys[draws], trees, train_bins, train_stats, test_bins, self.likelihood, predictive=predictive
             ),
@@ -422,7 +408,7 @@ class Posterior(_DrawSummaries):
             flat = Tree(*(np.asarray(a)[:, keep].reshape(total, -1) for a in self.trees))
             train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
             codes = jnp.asarray(self.train_y)
-            loglik, rep, sigma = _over_draws(
+            loglik, rep, sigma = over_draws(
                 lambda draws, trees: _draw_pointwise(
                     keys[draws], trees, train_bins, train_stats, self.likelihood, codes
                 ),

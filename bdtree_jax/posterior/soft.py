@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..data import check_X
-from ..tree import _fmt
-from .hard import _DrawSummaries, _over_draws
+from ..tree import _fmt, over_draws
+from .hard import _DrawSummaries
 
 __all__ = ["SoftTreePosterior", "soft_posterior_from_traces"]
 
@@ -155,7 +155,7 @@ class SoftTreePosterior(_DrawSummaries):
         flat = self._flat()
         total = flat["is_split"].shape[0]
         X_train, onehot = jnp.asarray(self.train_X), self._onehot()
-        return _over_draws(
+        return over_draws(
             lambda _, d: _soft_predict(d, X_train, onehot, Xs, self.config.h_final, self.config.concentration,
                                        self.config.kind),
             flat, np.arange(total), chunk,
@@ -312,7 +312,7 @@ class SoftTreePosterior(_DrawSummaries):
             keys = jax.random.split(jax.random.key(seed), total)
             X_train, onehot = jnp.asarray(self.train_X), self._onehot()
             y = jnp.asarray(self.train_y)
-            loglik, rep = _over_draws(
+            loglik, rep = over_draws(
                 lambda idx, d: _soft_pointwise(keys[idx], d, X_train, onehot, y, self.config.h_final,
                                                self.config.concentration, self.config.kind),
                 flat, np.arange(total),

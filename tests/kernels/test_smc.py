@@ -12,10 +12,12 @@ from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import smc
 from bdtree_jax.tree import Tree  # noqa: F401
 
+from helpers import particle_frequencies
+
 
 def _problem(toy_problem, task, max_depth, min_leaf_size=1):
     p = toy_problem(task, max_depth, min_leaf_size)
-    return p["data"], p["grid"], p["exact"], p["log_z"]
+    return p.data, p.grid, p.exact, p.log_z
 
 
 def _runs(data, grid, config, n_runs, seed=0):
@@ -51,12 +53,6 @@ def test_evidence_estimate_is_unbiased(toy_problem, task, proposal, ess_threshol
         assert np.all(np.asarray(out.n_resampled) == 0)
 
 
-def _weighted_frequencies(out, grid) -> dict:
-    """Tree -> normalised weight over the runs' final particles (each run weighted equally)."""
-    lw = np.asarray(out.log_weight, np.float64)
-    return tree_frequencies(out.trees, grid.thresholds, weights=np.exp(lw - logsumexp(lw, axis=1, keepdims=True)))
-
-
 @pytest.mark.parametrize(
     "task,max_depth,min_leaf_size,proposal,ess_threshold,grow,n_islands",
     [("classification", 2, 1, "prior", 0.9, "next", 1), ("classification", 3, 2, "posterior", 1.0, "next", 1),
@@ -73,7 +69,7 @@ def test_weighted_particles_match_exact_posterior(toy_problem, task, max_depth, 
                            grow=grow, n_islands=n_islands)
     out = _runs(data, grid, config, 64, seed=3)
     assert np.asarray(out.n_resampled).sum() > 0
-    freqs = _weighted_frequencies(out, grid)
+    freqs = particle_frequencies(out, grid.thresholds)
     assert set(freqs) <= set(exact), "a particle left the prior's support"
     assert tv_distance(freqs, exact) <= 0.04
 
@@ -100,12 +96,12 @@ def test_prior_normalised_and_simulated(toy_problem, split_prior, min_leaf_size,
     64 runs x 1000 particles within TV 0.035 of the enumerated prior (the Monte Carlo floor of
     64,000 iid draws: 0.023 on the 256-tree support, 0.008 on the 17-tree one)."""
     p = toy_problem("classification", max_depth, min_leaf_size, split_prior=split_prior)
-    log_prior = np.array([lp for _, lp, _ in p["trees"]])
+    log_prior = np.array([lp for lp, _ in p.trees.values()])
     assert abs(logsumexp(log_prior)) < 1e-6
-    prior = {s: float(np.exp(lp)) for (s, lp, _) in p["trees"]}
+    prior = {s: float(np.exp(lp)) for s, (lp, _) in p.trees.items()}
     config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal="prior", ess_threshold=0.0)
-    out = _runs(p["data"], p["grid"], config, 64, seed=11)
-    freqs = tree_frequencies(out.trees, p["grid"].thresholds)
+    out = _runs(p.data, p.grid, config, 64, seed=11)
+    freqs = tree_frequencies(out.trees, p.grid.thresholds)
     assert set(freqs) <= set(prior)
     assert tv_distance(freqs, prior) <= 0.035
 

@@ -1,0 +1,132 @@
+"""Tree moves shared by the hard-tree kernels (CGM, prune-and-regrow, perturb, the edit prior, SMC,
+PG, the WU restructure, BART): the scored state of one tree (:class:`CGMState`, with its cached
+statistics, bounds, log-likelihood and log-prior), re-scoring it in full (:func:`score`) or from
+cached statistics (:func:`with_scores`), grow and prune proposals that touch one node
+(:func:`propose_grow`, :func:`propose_prune`), the nodes each move can act on (:func:`targets`), the
+inverse-CDF choices of a node and a rule (:func:`pick`, :func:`draw_rule`) and the MH log-ratio
+(:func:`mh_log_ratio`).
+
+``config`` arguments are a :class:`~bdtree_jax.kernels.cgm.CGMConfig` (only its ``min_leaf_size``
+is read).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from .._types import Array
+from ..data import TreeData
+from ..priors import (
+    child_bounds, draw_cut, leaf_size_log_prior, log_tree_prior, node_bounds, node_stats, splittable,
+)
+from ..tree import Tree, grow, leaf_nodes, nog_nodes, prune
+
+__all__ = [
+    "CGMState", "with_scores", "score", "propose_grow", "propose_prune", "targets", "pick", "draw_rule", "mh_log_ratio",
+]
+
+
+class CGMState(NamedTuple):
+    """One chain's state.
+
+    Attributes
+    ----------
+    tree : Tree, arrays of shape (N,).
+    leaf_id : (n,) int32 leaf of every training row.
+    stats : (N, S) float32 sufficient statistics of every node (0 for inactive nodes).
+    lo, hi : (N, F) int32 valid-cut interval of every node (see :mod:`bdtree_jax.priors`).
+    log_lik : () float32 log integrated likelihood (at inverse temperature 1).
+    log_prior : () float32 log tree prior.
+    beta : () float32 inverse temperature; the chain targets ``p(T) L(T)**beta``.
+    """
+
+    tree: Tree
+    leaf_id: Array
+    stats: Array
+    lo: Array
+    hi: Array
+    log_lik: Array
+    log_prior: Array
+    beta: Array
+
+
+def with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_size: int = 1) -> CGMState:
+    """Complete a state from its cached statistics (no pass over the data); ``min_leaf_size``
+    matters only to the ``valid_cuts="ancestors"`` truncation."""
+    is_leaf = leaf_nodes(tree)
+    log_lik = data.likelihood.log_lik(stats, is_leaf)
+    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side)
+    log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, min_leaf_size)
+    return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
+
+
+def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
+    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
+    leaf_id, stats = node_stats(tree, data)
+    lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+    return with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
+
+
+def propose_grow(state: CGMState, node, feature, cut, data: TreeData, config) -> CGMState:
+    """Split leaf ``node``: only the rows of that leaf are touched (two new children)."""
+    left_child, right_child = 2 * node + 1, 2 * node + 2
+    in_node = state.leaf_id == node
+    goes_left = jnp.take(data.bins, feature, axis=1) <= cut
+    left, right = in_node & goes_left, in_node & ~goes_left
+    stats_left = left.astype(data.point_stats.dtype) @ data.point_stats
+    stats = state.stats.at[left_child].set(stats_left).at[right_child].set(state.stats[node] - stats_left)
+    new_lo, new_hi = child_bounds(state.lo[node], state.hi[node], feature, cut, in_node, goes_left, data,
+                                  config.min_leaf_size)
+    lo = state.lo.at[left_child].set(new_lo[0]).at[right_child].set(new_lo[1])
+    hi = state.hi.at[left_child].set(new_hi[0]).at[right_child].set(new_hi[1])
+    leaf_id = jnp.where(left, left_child, jnp.where(right, right_child, state.leaf_id))
+    return with_scores(grow(state.tree, node, feature, cut), leaf_id, stats, lo, hi, data, state.beta,
+                       config.min_leaf_size)
+
+
+def propose_prune(state: CGMState, node, data: TreeData, min_leaf_size: int = 1) -> CGMState:
+    """Merge the two leaf children of ``node``; the node's cached statistics are already right."""
+    left_child, right_child = 2 * node + 1, 2 * node + 2
+    leaf_id = jnp.where((state.leaf_id == left_child) | (state.leaf_id == right_child), node, state.leaf_id)
+    zero = lambda a: a.at[left_child].set(0).at[right_child].set(0)  # noqa: E731  (canonical slots)
+    return with_scores(
+        prune(state.tree, node), leaf_id, zero(state.stats), zero(state.lo), zero(state.hi), data, state.beta,
+        min_leaf_size,
+    )
+
+
+def targets(state: CGMState, data: TreeData, can_split: Array | None = None) -> Array:
+    """(4, N) bool: the nodes each move can act on (grow, prune, change, swap).  ``can_split``
+    (N,) bool: :func:`~bdtree_jax.priors.splittable` of the nodes when the caller keeps it (BART),
+    else computed from the bounds."""
+    leaf = leaf_nodes(state.tree)
+    if can_split is None:
+        can_split = splittable(state.lo, state.hi, data.split_prob)
+    growable = leaf & can_split
+    internal = state.tree.is_split
+    return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
+
+
+def pick(mask: Array, u: Array) -> Array:
+    """Index of the ``floor(u * count)``-th True entry of ``mask`` (uniform over the True entries
+    for ``u ~ U[0, 1)``); 0 if there is none.  Inverse-CDF choice: one uniform, no Gumbel draws."""
+    counts = jnp.cumsum(mask.astype(jnp.int32))
+    k = jnp.floor(u * counts[-1]).astype(jnp.int32)
+    return jnp.argmax(counts > k).astype(jnp.int32)
+
+
+def draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Array) -> tuple[Array, Array]:
+    """A rule from ``p_rule``: uniform valid feature, then a valid cut by inverse CDF of the cut
+    weights ``cumwidth`` (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`; uniform or by gap width,
+    see :mod:`bdtree_jax.priors`).  lo, hi: (F,)."""
+    width = jnp.maximum(hi - lo, 0)
+    f = pick(width > 0, u_feature)
+    return f, draw_cut(cumwidth, f, lo[f], hi[f], u_cut)
+
+
+def mh_log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):
+    """The MH log-ratio ``beta dlog L + dlog p + log q ratio`` (NaN, e.g. ``inf - inf``, rejects)."""
+    log_ratio = tempered_d_log_lik + d_log_prior + log_q_ratio
+    return jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)

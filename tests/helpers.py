@@ -1,0 +1,135 @@
+"""Helpers shared by the tests (``from helpers import ...``; ``tests/`` is on ``sys.path`` because
+``tests/conftest.py`` lives there): the toy problem, whose every tree of depth <= 3 can be
+enumerated, and the visit frequencies of sampled trees to compare with the exact distributions of
+:mod:`bdtree_jax.exact`."""
+
+import collections
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import logsumexp
+
+from bdtree_jax.data import SplitGrid, TreeData, make_split_grid
+from bdtree_jax.exact import enumerate_trees, leaf_partition, topology_string, tree_frequencies
+from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
+from bdtree_jax.priors import TreePrior, box_sides, make_tree_data
+from bdtree_jax.tree import Tree, from_string
+
+# The toy data: 6 rows, 2 features, every value distinct and every gap 1 (so split_prior="range"
+# equals "uniform" on them); 256 trees of depth <= 2, 3,163 of depth <= 3.
+TOY_X = np.array([[1, 5], [2, 3], [3, 6], [4, 1], [5, 2], [6, 4]], float)  # (6, 2)
+TOY_Y_CLASS = np.array([0, 0, 1, 1, 0, 1])  # (6,)
+TOY_Y_REG = np.array([0.1, -0.3, 1.2, 1.0, 0.2, 1.4])  # (6,)
+# shared by every test: read-only, so that an in-place change cannot leak into other tests
+TOY_X.setflags(write=False)
+TOY_Y_CLASS.setflags(write=False)
+TOY_Y_REG.setflags(write=False)
+
+
+@dataclasses.dataclass
+class ToyProblem:
+    """A small problem and its exact distributions over trees (computed on first use).
+
+    ``X`` (n, F) and ``y`` (n,) are the data, ``grid`` the split grid of ``X`` and ``data`` the
+    :class:`TreeData` the kernels take; ``boxes`` the box constraints (or None)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    likelihood: DirichletMultinomial | NormalMeanShift
+    prior: TreePrior
+    grid: SplitGrid
+    data: TreeData
+    boxes: list | None = None
+
+    @functools.cached_property
+    def trees(self) -> dict[str, tuple[float, float]]:
+        """Every tree of the prior's support (inside the boxes), in the order of
+        :func:`bdtree_jax.exact.enumerate_trees`: ``{string: (log prior, log likelihood)}``."""
+        ps = self.likelihood.point_stats(self.y)
+        return {s: (lp, ll) for s, lp, ll in enumerate_trees(self.X, ps, self.prior, self.likelihood, boxes=self.boxes)}
+
+    def posterior(self, beta: float = 1.0) -> dict[str, float]:
+        """The exact ``p(T) p(y | T)**beta`` normalised over :attr:`trees` (``beta`` an inverse
+        temperature: 1 is the posterior, 0 the prior): ``{string: probability}``."""
+        log_post = np.array([lp + beta * ll for lp, ll in self.trees.values()])
+        return {s: float(p) for s, p in zip(self.trees, np.exp(log_post - logsumexp(log_post)))}
+
+    @functools.cached_property
+    def exact(self) -> dict[str, float]:
+        """The exact posterior ``{string: probability}``."""
+        return self.posterior(1.0)
+
+    @functools.cached_property
+    def log_z(self) -> float:
+        """The log evidence ``log sum_T p(T) p(y | T)``."""
+        return float(logsumexp([lp + ll for lp, ll in self.trees.values()]))
+
+
+def toy_problem(task: str = "classification", max_depth: int = 2, min_leaf_size: int = 1,
+                split_prior: str = "uniform", valid_cuts: str = "data", *, prior: TreePrior | None = None,
+                X: np.ndarray = TOY_X, boxes: list | None = None) -> ToyProblem:
+    """The toy problem: ``X`` (n, F; the toy inputs unless given: the same rows under another
+    spacing), the toy labels of ``task`` ("classification": DirichletMultinomial(2, 1), or
+    "regression": NormalMeanShift(nu=3, lam=0.1, a=1/3, mu_bar=mean y)), the CGM98 prior
+    ``TreePrior(max_depth, alpha=0.95, beta=1.0, min_leaf_size, split_prior, valid_cuts)`` or the
+    ``prior`` given instead, and optional box constraints."""
+    if prior is None:
+        prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size,
+                          split_prior=split_prior, valid_cuts=valid_cuts)
+    if task == "classification":
+        likelihood, y = DirichletMultinomial(2, 1.0), TOY_Y_CLASS
+    else:
+        likelihood, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(TOY_Y_REG))), TOY_Y_REG
+    grid = make_split_grid(X)
+    side = None if boxes is None else box_sides(boxes, grid.thresholds)
+    data = make_tree_data(grid.bin(X), y, prior, likelihood, box_side=side, grid=grid)
+    return ToyProblem(X, y, likelihood, prior, grid, data, boxes)
+
+
+def stack_trees(strings, thresholds: np.ndarray, max_depth: int) -> Tree:
+    """Tree strings parsed on ``thresholds`` (F, C) and stacked: a Tree of (len(strings), N) arrays."""
+    parsed = [from_string(s, thresholds, max_depth) for s in strings]
+    return Tree(*(jnp.asarray(np.stack(a)) for a in zip(*parsed)))
+
+
+def fibre(problem: ToyProblem, start: Tree) -> tuple[list[str], np.ndarray]:
+    """The trees of ``problem.trees`` with the leaf partition of the rows of the tree ``start``:
+    their strings (K) and log priors (K,)."""
+    bins = problem.grid.bin(problem.X)
+    target = leaf_partition(start, bins)
+    names = [s for s in problem.trees
+             if leaf_partition(from_string(s, problem.grid.thresholds, problem.prior.max_depth), bins) == target]
+    return names, np.array([problem.trees[s][0] for s in names])
+
+
+def chain_frequencies(traces: dict, thresholds: np.ndarray, burn: int) -> dict[str, float]:
+    """Visit frequencies ``{tree string: frequency}`` of the trees of ``run_chains``'s traces
+    (``traces["tree"]``: a Tree of (chains, iterations, N) arrays) after each chain's first
+    ``burn`` iterations."""
+    return tree_frequencies(Tree(*(a[:, burn:] for a in traces["tree"])), thresholds)
+
+
+def particle_frequencies(out, thresholds: np.ndarray) -> dict[str, float]:
+    """Tree -> normalised weight over SMC runs' final particles (``out.trees``: a Tree of (runs,
+    particles, N) arrays, ``out.log_weight`` (runs, particles)), each run weighted equally."""
+    lw = np.asarray(out.log_weight, np.float64)
+    return tree_frequencies(out.trees, thresholds, weights=np.exp(lw - logsumexp(lw, axis=1, keepdims=True)))
+
+
+def topology_frequencies(is_split) -> dict[str, float]:
+    """Visit frequencies ``{topology string: frequency}`` of soft-tree topologies (draws, N)."""
+    counts = collections.Counter(topology_string(t) for t in is_split)
+    return {k: v / len(is_split) for k, v in counts.items()}
+
+
+def stationary_tv(q: np.ndarray, phi: np.ndarray, target: np.ndarray) -> float:
+    """TV between ``target`` (K,) and the stationary law of the Metropolis-Hastings transition
+    matrix ``q(T') min(1, Φ(T') / Φ(T))`` (K, K) of the independence proposal ``q`` (K,) and log
+    weights ``phi`` (K,)."""
+    P = q[None, :] * np.minimum(1.0, np.exp(phi[None, :] - phi[:, None]))
+    P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
+    evals, evecs = np.linalg.eig(P.T)
+    law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
+    return 0.5 * np.abs(law / law.sum() - target).sum()
