@@ -10,6 +10,10 @@
 * :func:`classification_model` / :func:`regression_model` are the RJHMC-Tree paper's models
   written with :func:`soft_tree`; the built-in sampler (:mod:`bdtree_jax.kernels.rjhmc`) runs them.
 
+The models and the prior are defined in :mod:`bdtree_jax.soft_models`, the topology moves
+(:func:`propose_topology`, :func:`feature_sweep`) in :mod:`bdtree_jax.kernels.rjhmc`; this module
+is where they are used from.
+
 Sites of ``soft_tree("tree", ...)`` with ``M = 2**max_depth - 1`` splittable slots and ``N = 2M+1``
 heap slots: ``tree_topology`` (N,) bool ~ :class:`TreeTopology`; ``tree_tau`` (M,) ~ U(0, 1);
 ``tree_feature`` (M,) ~ Categorical(1/F) (``kind="df"``) or ``tree_weights`` (M, F) ~
@@ -30,25 +34,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
-from numpyro.distributions import constraints
 from numpyro.infer.gibbs import Gibbs, conditioned, discrete_support_sizes, prototype_trace, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import potential_energy
 from numpyro.util import identity
 
-from .soft import (
-    dm_soft_log_lik,
-    leaf_membership,
-    leaf_mask,
-    log_topology_prior,
-    n_split_slots,
-    right_prob_df,
-    right_prob_dfi,
-    topology_split_prob,
-)
-from .tree import Tree, active_nodes, n_nodes
+from .kernels.rjhmc import feature_sweep, propose_topology
+from .soft_models import TreeTopology, classification_model, regression_model, soft_tree
 
 __all__ = [
     "TreeTopology",
@@ -60,190 +52,6 @@ __all__ = [
     "propose_topology",
     "feature_sweep",
 ]
-
-KINDS = ("df", "dfi")
-
-
-class TreeTopology(dist.Distribution):
-    """Prior over padded topologies ``is_split`` (N,) bool: the CGM prior ``alpha (1+d)^-beta``
-    truncated at ``max_depth`` and conditioned on the root splitting (see :mod:`bdtree_jax.soft`)."""
-
-    support = constraints.boolean
-    pytree_aux_fields = ("max_depth", "alpha", "beta")
-
-    def __init__(self, max_depth: int, alpha: float = 0.95, beta: float = 1.0, *, validate_args=None):
-        if not isinstance(max_depth, (int, np.integer)) or max_depth < 1:
-            raise ValueError(f"TreeTopology: max_depth must be an integer >= 1; got {max_depth!r}.")
-        if not 0.0 < float(alpha) < 1.0:
-            raise ValueError(f"TreeTopology: alpha must be in (0, 1); got {alpha!r}.")
-        if not float(beta) >= 0.0:
-            raise ValueError(f"TreeTopology: beta must be >= 0; got {beta!r}.")
-        self.max_depth, self.alpha, self.beta = int(max_depth), float(alpha), float(beta)
-        super().__init__(batch_shape=(), event_shape=(n_nodes(self.max_depth),), validate_args=validate_args)
-
-    @property
-    def split_prob(self) -> np.ndarray:
-        return topology_split_prob(self.max_depth, self.alpha, self.beta)
-
-    def sample(self, key, sample_shape=()):
-        def one(k):
-            want = (jax.random.uniform(k, (n_nodes(self.max_depth),)) < self.split_prob).at[0].set(True)
-            return want & active_nodes(Tree(want, None, None))
-
-        keys = jax.random.split(key, int(np.prod(sample_shape, dtype=int)))
-        return jax.vmap(one)(keys).reshape(tuple(sample_shape) + self.event_shape)
-
-    def log_prob(self, value):
-        value = jnp.asarray(value, bool)
-        flat = value.reshape(-1, value.shape[-1])
-        out = jax.vmap(lambda v: log_topology_prior(v, self.split_prob))(flat)
-        return out.reshape(value.shape[:-1])
-
-
-def _soft_tree(name, X, *, max_depth, h, kind, alpha, beta):
-    if kind not in KINDS:
-        raise ValueError(f"soft_tree: kind must be one of {KINDS}; got {kind!r}.")
-    X = jnp.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"soft_tree: X must be 2-D (n_samples, n_features); got shape {X.shape}.")
-    n_features = X.shape[1]
-    m = n_split_slots(max_depth)
-    is_split = numpyro.sample(f"{name}_topology", TreeTopology(max_depth, alpha, beta))
-    tau = numpyro.sample(f"{name}_tau", dist.Uniform(0.0, 1.0).expand([m]).to_event(1))
-    if kind == "df" or n_features == 1:
-        probs = jnp.full(n_features, 1.0 / n_features)
-        feature = numpyro.sample(f"{name}_feature", dist.Categorical(probs=probs).expand([m]))
-        psi = right_prob_df(X, feature, tau, h)
-    else:
-        weights = numpyro.sample(f"{name}_weights", dist.Dirichlet(jnp.ones(n_features)).expand([m]).to_event(1))
-        psi = right_prob_dfi(X, weights, tau, h)
-    return leaf_membership(is_split, psi), is_split
-
-
-def soft_tree(name: str, X, *, max_depth: int, h: float, kind: str = "df", alpha: float = 0.95, beta: float = 1.0):
-    """Declare a soft decision tree's sample sites and return its leaf memberships.
-
-    Parameters
-    ----------
-    name : prefix of the sites (``{name}_topology``, ``{name}_tau``, ``{name}_feature`` or
-        ``{name}_weights``).
-    X : (n, F) inputs scaled to [0, 1].
-    max_depth : padded depth; the tree has ``N = 2**(max_depth+1) - 1`` slots.
-    h : split sharpness (> 0); ``P(right) = sigmoid((x_f - tau) / h)``.
-    kind : "df" (one feature per split, discrete) or "dfi" (simplex weights over features).
-    alpha, beta : topology prior ``alpha (1 + depth)^-beta``.
-
-    Returns
-    -------
-    phi : (n, N) leaf memberships (zero on slots that are not leaves; rows sum to 1).
-
-    Examples
-    --------
-    >>> def model(X, y=None):
-    ...     phi = soft_tree("tree", X, max_depth=3, h=0.02)
-    ...     leaf = numpyro.sample("leaf", dist.Normal(0, 1).expand([phi.shape[1]]).to_event(1))
-    ...     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    ...     numpyro.sample("y", dist.Normal(phi @ leaf, sigma), obs=y)
-    """
-    return _soft_tree(name, X, max_depth=max_depth, h=h, kind=kind, alpha=alpha, beta=beta)[0]
-
-
-def classification_model(X, y, *, n_classes: int, max_depth: int, h, kind="df", alpha=0.95, beta=1.0,
-                         concentration=1.0, keep_constant: bool = True):
-    """RJHMC-Tree's classifier: Dirichlet–multinomial on soft counts (leaf probabilities integrated
-    out).  ``y`` (n,) int codes.  ``keep_constant``: keep the per-leaf normalising constant (the
-    full marginal, as CGM uses); the reference code drops it."""
-    phi, is_split = _soft_tree("tree", X, max_depth=max_depth, h=h, kind=kind, alpha=alpha, beta=beta)
-    onehot = jax.nn.one_hot(y, n_classes, dtype=phi.dtype)
-    numpyro.factor("log_lik", dm_soft_log_lik(phi, onehot, leaf_mask(is_split), concentration, keep_constant))
-
-
-def regression_model(X, y, *, max_depth: int, h, kind="df", alpha=0.95, beta=1.0, mu_mean=0.0, mu_scale=1.0,
-                     sigma_shape=1.5, sigma_scale=1.5):
-    """RJHMC-Tree's regression (Linero & Yang soft tree): ``y ~ N(phi @ leaf_mean, sigma^2)`` with
-    ``leaf_mean`` (N,) ~ N(mu_mean, mu_scale^2) and ``sigma ~ InverseGamma(sigma_shape, sigma_scale)``
-    (the reference puts this prior on the standard deviation; spec §1.4)."""
-    phi, _ = _soft_tree("tree", X, max_depth=max_depth, h=h, kind=kind, alpha=alpha, beta=beta)
-    mu = numpyro.sample("leaf_mean", dist.Normal(mu_mean, mu_scale).expand([phi.shape[1]]).to_event(1))
-    sigma = numpyro.sample("sigma", dist.InverseGamma(sigma_shape, sigma_scale))
-    numpyro.sample("y", dist.Normal(phi @ mu, sigma), obs=y)
-
-
-# ----------------------------------------------------------------------------------------------
-# Moves shared by TopologyMH and the RJHMC kernel
-
-
-class TopologyProposal(NamedTuple):
-    """A grow or prune proposal: the new topology, the node, whether it grows, and
-    ``log q(T | T') - log q(T' | T)`` (spec §1.7, the ratio ``Q``)."""
-
-    is_split: Any
-    node: Any
-    grow: Any
-    log_q_ratio: Any
-
-
-def _grow_probability(is_split, p_grow):
-    """P(grow | topology move) in T: 1 for a one-split tree, 0 when no leaf can grow."""
-    from .soft import growable_leaves
-
-    n_int = is_split.sum()
-    can_grow = growable_leaves(is_split).any()
-    return jnp.where(~can_grow, 0.0, jnp.where(n_int <= 1, 1.0, p_grow))
-
-
-def propose_topology(key, is_split, p_grow: float) -> TopologyProposal:
-    """Grow a uniformly chosen growable leaf (with probability ``P_grow(T)``) or prune a uniformly
-    chosen prunable node.  ``p_grow = p_g / (p_g + p_p)`` for trees with >= 2 splits."""
-    from .soft import growable_leaves, prunable_nodes
-
-    k_move, k_node = jax.random.split(key)
-    pg = _grow_probability(is_split, p_grow)
-    grow = jax.random.uniform(k_move) < pg
-    growable, prunable = growable_leaves(is_split), prunable_nodes(is_split)
-    mask = jnp.where(grow, growable, prunable)
-    node = jax.random.categorical(k_node, jnp.where(mask, 0.0, -jnp.inf))
-    new = is_split.at[node].set(grow)
-    pg_new = _grow_probability(new, p_grow)
-    n_from = jnp.where(grow, growable.sum(), prunable.sum())
-    n_back = jnp.where(grow, prunable_nodes(new).sum(), growable_leaves(new).sum())
-    p_from = jnp.where(grow, pg, 1.0 - pg)
-    p_back = jnp.where(grow, 1.0 - pg_new, pg_new)
-    log_q = jnp.log(p_back) - jnp.log(n_back) - jnp.log(p_from) + jnp.log(n_from)
-    possible = mask.any() & (p_from > 0)
-    return TopologyProposal(
-        jnp.where(possible, new, is_split), node, grow, jnp.where(possible, log_q, -jnp.inf)
-    )
-
-
-def feature_sweep(key, feature, is_split, n_features: int, pe_fn, pe):
-    """One Metropolis-within-Gibbs sweep over the split features of the splitting slots, in a
-    random order (NumPyro ``DiscreteHMCGibbs(random_walk=True)`` semantics: propose uniformly over
-    the features, the current one included); non-splitting slots are redrawn from their uniform
-    prior (their exact conditional).  ``pe_fn(feature) -> potential``; returns ``(feature, pe)``."""
-    m = feature.shape[-1]
-    k_perm, k_prior, k_loop = jax.random.split(key, 3)
-    order = jax.random.permutation(k_perm, m)
-    splits = is_split[:m]
-    fresh = jax.random.randint(k_prior, (m,), 0, n_features)
-    feature = jnp.where(splits, feature, fresh)
-    keys = jax.random.split(k_loop, m)
-
-    def body(i, carry):
-        feature, pe = carry
-        slot = order[i]
-
-        def update(carry):
-            feature, pe = carry
-            k1, k2 = jax.random.split(keys[i])
-            proposal = feature.at[slot].set(jax.random.randint(k1, (), 0, n_features))
-            pe_new = pe_fn(proposal)
-            accept = jax.random.exponential(k2) > pe_new - pe
-            return jnp.where(accept, proposal, feature), jnp.where(accept, pe_new, pe)
-
-        return jax.lax.cond(splits[slot] & (n_features > 1), update, lambda c: c, (feature, pe))
-
-    return jax.lax.fori_loop(0, m, body, (feature, pe))
 
 
 # ----------------------------------------------------------------------------------------------

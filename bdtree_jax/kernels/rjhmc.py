@@ -15,7 +15,7 @@ One iteration (spec ``rjhmc-tree_spec.md`` §1.5–1.7), from topology ``T`` and
    paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.  Densities are evaluated at ``h_final``.
 
 HMC-DF's split features are updated inside every leg by a Metropolis-within-Gibbs sweep in random
-order (:func:`bdtree_jax.numpyro.feature_sweep`); a leg is the palindrome ``G (N G)^k`` of sweeps
+order (:func:`feature_sweep`); a leg is the palindrome ``G (N G)^k`` of sweeps
 ``G`` and NUTS transitions ``N``, hence reversible, which is what the double-sided acceptance needs.
 
 Schedules
@@ -29,7 +29,7 @@ the frozen step size and mass matrix — a fixed invariant kernel, so the accept
 schedule and keeps the last draw, as the reference code does (~250x the work per iteration; the
 legs are then not fixed kernels, so the acceptance is the paper's approximation).
 
-The models are :func:`bdtree_jax.numpyro.classification_model` / ``regression_model``; everything
+The models are :func:`bdtree_jax.soft_models.classification_model` / ``regression_model``; everything
 is padded to ``max_depth``, so one compiled step serves every topology.
 """
 
@@ -58,12 +58,12 @@ from numpyro.infer.hmc_util import (
 from numpyro.infer.util import log_density, potential_energy
 from numpyro.primitives import Messenger
 
-from .. import numpyro as bdnp
-from ..soft import annealed_h, annealing_window, leaf_mask, n_split_slots, stump
-from ..tree import Tree, node_depths
+from .. import soft_models
+from ..soft import annealed_h, annealing_window, growable_leaves, leaf_mask, n_split_slots, prunable_nodes, stump
+from ..tree import node_depths
 from .base import SamplingAlgorithm
 
-__all__ = ["RJHMCConfig", "RJHMCState", "rjhmc"]
+__all__ = ["RJHMCConfig", "RJHMCState", "rjhmc", "TopologyProposal", "propose_topology", "feature_sweep"]
 
 SCHEDULES = ("fast", "paper")
 MOVES = ("grow", "prune", "stay")
@@ -112,8 +112,8 @@ class RJHMCConfig:
         where = "RJHMCConfig: "
         if self.task not in ("classification", "regression"):
             raise ValueError(f"{where}task must be 'classification' or 'regression'; got {self.task!r}.")
-        if self.kind not in bdnp.KINDS:
-            raise ValueError(f"{where}kind must be one of {bdnp.KINDS}; got {self.kind!r}.")
+        if self.kind not in soft_models.KINDS:
+            raise ValueError(f"{where}kind must be one of {soft_models.KINDS}; got {self.kind!r}.")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"{where}schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
         if not isinstance(self.max_depth, (int, np.integer)) or not 1 <= self.max_depth <= 10:
@@ -149,11 +149,11 @@ class RJHMCConfig:
         common = dict(max_depth=self.max_depth, kind=self.kind, alpha=self.alpha, beta=self.beta)
         if self.task == "classification":
             return functools.partial(
-                bdnp.classification_model, n_classes=self.n_classes, concentration=self.concentration,
+                soft_models.classification_model, n_classes=self.n_classes, concentration=self.concentration,
                 keep_constant=self.keep_constant, **common,
             )
         return functools.partial(
-            bdnp.regression_model, mu_mean=self.mu_mean, mu_scale=self.mu_scale,
+            soft_models.regression_model, mu_mean=self.mu_mean, mu_scale=self.mu_scale,
             sigma_shape=self.sigma_shape, sigma_scale=self.sigma_scale, **common,
         )
 
@@ -189,6 +189,80 @@ class RJHMCState(NamedTuple):
     log_lik: Any
     log_prior: Any
     beta: Any = 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Topology moves, shared with the NumPyro block :class:`bdtree_jax.numpyro.TopologyMH`
+
+
+class TopologyProposal(NamedTuple):
+    """A grow or prune proposal: the new topology, the node, whether it grows, and
+    ``log q(T | T') - log q(T' | T)`` (spec §1.7, the ratio ``Q``)."""
+
+    is_split: Any
+    node: Any
+    grow: Any
+    log_q_ratio: Any
+
+
+def _grow_probability(is_split, p_grow):
+    """P(grow | topology move) in T: 1 for a one-split tree, 0 when no leaf can grow."""
+    n_int = is_split.sum()
+    can_grow = growable_leaves(is_split).any()
+    return jnp.where(~can_grow, 0.0, jnp.where(n_int <= 1, 1.0, p_grow))
+
+
+def propose_topology(key, is_split, p_grow: float) -> TopologyProposal:
+    """Grow a uniformly chosen growable leaf (with probability ``P_grow(T)``) or prune a uniformly
+    chosen prunable node.  ``p_grow = p_g / (p_g + p_p)`` for trees with >= 2 splits."""
+    k_move, k_node = jax.random.split(key)
+    pg = _grow_probability(is_split, p_grow)
+    grow = jax.random.uniform(k_move) < pg
+    growable, prunable = growable_leaves(is_split), prunable_nodes(is_split)
+    mask = jnp.where(grow, growable, prunable)
+    node = jax.random.categorical(k_node, jnp.where(mask, 0.0, -jnp.inf))
+    new = is_split.at[node].set(grow)
+    pg_new = _grow_probability(new, p_grow)
+    n_from = jnp.where(grow, growable.sum(), prunable.sum())
+    n_back = jnp.where(grow, prunable_nodes(new).sum(), growable_leaves(new).sum())
+    p_from = jnp.where(grow, pg, 1.0 - pg)
+    p_back = jnp.where(grow, 1.0 - pg_new, pg_new)
+    log_q = jnp.log(p_back) - jnp.log(n_back) - jnp.log(p_from) + jnp.log(n_from)
+    possible = mask.any() & (p_from > 0)
+    return TopologyProposal(
+        jnp.where(possible, new, is_split), node, grow, jnp.where(possible, log_q, -jnp.inf)
+    )
+
+
+def feature_sweep(key, feature, is_split, n_features: int, pe_fn, pe):
+    """One Metropolis-within-Gibbs sweep over the split features of the splitting slots, in a
+    random order (NumPyro ``DiscreteHMCGibbs(random_walk=True)`` semantics: propose uniformly over
+    the features, the current one included); non-splitting slots are redrawn from their uniform
+    prior (their exact conditional).  ``pe_fn(feature) -> potential``; returns ``(feature, pe)``."""
+    m = feature.shape[-1]
+    k_perm, k_prior, k_loop = jax.random.split(key, 3)
+    order = jax.random.permutation(k_perm, m)
+    splits = is_split[:m]
+    fresh = jax.random.randint(k_prior, (m,), 0, n_features)
+    feature = jnp.where(splits, feature, fresh)
+    keys = jax.random.split(k_loop, m)
+
+    def body(i, carry):
+        feature, pe = carry
+        slot = order[i]
+
+        def update(carry):
+            feature, pe = carry
+            k1, k2 = jax.random.split(keys[i])
+            proposal = feature.at[slot].set(jax.random.randint(k1, (), 0, n_features))
+            pe_new = pe_fn(proposal)
+            accept = jax.random.exponential(k2) > pe_new - pe
+            return jnp.where(accept, proposal, feature), jnp.where(accept, pe_new, pe)
+
+        return jax.lax.cond(splits[slot] & (n_features > 1), update, lambda c: c, (feature, pe))
+
+    return jax.lax.fori_loop(0, m, body, (feature, pe))
+
 
 
 class _temper(Messenger):
@@ -292,7 +366,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             if not has_feature(data) or n_features == 1:  # nothing to sweep
                 return feature
             pe_of = lambda f: make_pe(data, unravel, is_split, f, h, beta)(z)  # noqa: E731
-            feature, _ = bdnp.feature_sweep(key, feature, is_split, n_features, pe_of, pe_of(feature))
+            feature, _ = feature_sweep(key, feature, is_split, n_features, pe_of, pe_of(feature))
             return feature
 
         keys = jax.random.split(key, n_steps + 1)
@@ -397,7 +471,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
         u = jax.random.uniform(k_move)
         topo = u < p[0] + p[1]
-        prop = bdnp.propose_topology(k_prop, is_split, p[0] / jnp.maximum(p[0] + p[1], 1e-12))
+        prop = propose_topology(k_prop, is_split, p[0] / jnp.maximum(p[0] + p[1], 1e-12))
         topo = topo & jnp.isfinite(prop.log_q_ratio)
         log_q = jnp.where(topo, prop.log_q_ratio, 0.0)
         new_split = jnp.where(topo, prop.is_split, is_split)
