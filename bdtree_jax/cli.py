@@ -9,22 +9,20 @@ A config is a YAML mapping (unknown keys are an error)::
                               # test fraction such as 0.3 (stratified for classification, seeded)
     task: classification      # optional; inferred from the dataset
     method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc, pg or wu
-    max_depth: 6              # model: max_depth, alpha, beta, min_leaf_size, split_prior
-    alpha: 0.95               #        (uniform | range), structure (cgm | pinball),
-                              #        pinball_rate, pinball_balance, pinball_max_leaves,
-                              #        concentration, nu, lam, a, mu_bar,
-    beta: 1.0                 #        move_probs; RJHMC (hmc-*): h_init, h_final, schedule,
-                              #        leg_steps, warmup_move_probs; PCFG: log_phi, n_buckets;
-                              #        SMC / PG: proposal, num_particles; SMC: ess_threshold,
-                              #        resampling, grow, n_islands; WU: n_local,
-                              #        restructure (auto | pi | gibbs), max_groups
+    max_depth: 6              # prior: max_depth, alpha, beta, min_leaf_size, split_prior
+    alpha: 0.95               #        (uniform | range), valid_cuts, structure (cgm | pinball),
+    beta: 1.0                 #        pinball_rate, pinball_balance, pinball_max_leaves;
+                              # leaves: concentration (classification), nu, lam, a, mu_bar;
+                              # the method's options: the fields of bdtree_jax.methods.CGM,
+                              # RJHMC, PCFG, SMC, PG, WU (proposal, move_probs, num_particles,
+                              # h_init, log_phi, n_local ...); tempering: n_temperatures, delta_t
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
     num_samples: 500
     num_chains: 10
     seed: 0
     output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots and
-                              # checkpoint.pkl (written every block_size iterations; rerunning an
-                              # interrupted config resumes from it and gives the identical chain)
+                              # checkpoint.pkl (written as the run goes; rerunning an interrupted
+                              # config resumes from it and gives the identical chains)
 
 The method's options may also be nested under ``method`` and the tempering options under
 ``tempering`` (both spellings are accepted; a key may not be given in both)::
@@ -51,20 +49,17 @@ from pathlib import Path
 
 import numpy as np
 
+from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample
+from .methods import METHODS, from_flat
+from .methods.flat import TEMPERING_OPTIONS, method_options
+from .priors import TreePrior
+
 __all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"]
 
-_MODEL_KEYS = {
-    "max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "valid_cuts", "structure", "pinball_rate",
-    "pinball_balance",
-    "pinball_max_leaves", "concentration", "nu", "lam", "a", "mu_bar",
-    "move_probs",
-    "h_init", "h_final", "schedule", "leg_steps", "warmup_move_probs", "log_phi", "n_buckets",
-    "proposal", "n_temperatures", "delta_t", "box_constraints", "initial_tree", "mean_edits", "max_edits",
-    "num_particles", "ess_threshold", "resampling", "grow", "n_islands", "n_local",
-    "restructure", "max_groups",
-}
+#: The keys of a method's options (top level, or nested under ``method:``).
+_METHOD_KEYS = set(method_options())
+_MODEL_KEYS = set(PRIOR_OPTIONS) | set(LEAF_OPTIONS) | _METHOD_KEYS | set(TEMPERING_OPTIONS)
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
-_TEMPERING_KEYS = {"n_temperatures", "delta_t"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
 _REGRESSION_DATASETS = {"cgm"}
@@ -122,15 +117,13 @@ def _method_name(config: dict) -> str:
 def _flat_options(config: dict, *, where: str) -> dict:
     """The config's model and sampler options as flat keywords (the nested ``method:`` and
     ``tempering:`` mappings spread out), checked."""
-    from .sampling import METHODS
-
     flat = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
-    for section, allowed in (("method", _MODEL_KEYS | {"name"}), ("tempering", _TEMPERING_KEYS)):
+    for section, allowed in (("method", _METHOD_KEYS | {"name"}), ("tempering", set(TEMPERING_OPTIONS))):
         nested = config.get(section, {})
         if not isinstance(nested, dict):
             if section == "method":
                 continue
-            raise ValueError(f"{where}tempering must be a mapping with keys {sorted(_TEMPERING_KEYS)}; got {nested!r}.")
+            raise ValueError(f"{where}tempering must be a mapping with keys {sorted(set(TEMPERING_OPTIONS))}; got {nested!r}.")
         unknown = sorted(set(nested) - allowed)
         if unknown:
             raise ValueError(f"{where}unknown {section} keys {unknown}; allowed: {sorted(allowed)}.")
@@ -170,10 +163,22 @@ def _load_data(config):
     return task, X_train, y_train, X_test, y_test
 
 
+def _sample_arguments(method: str, flat: dict, *, where: str) -> dict:
+    """:func:`~bdtree_jax.sample`'s ``method``, ``tempering``, ``prior``, ``likelihood`` and run
+    options from a config's flat options.  Flat keys are one of the YAML's two spellings, so no
+    ``DeprecationWarning`` here."""
+    method, tempering, rest, _moved = from_flat(method, flat, where=where)
+    prior_options = {k: rest.pop(k) for k in PRIOR_OPTIONS if k in rest}
+    likelihood = {k: v for k, v in ((k, rest.pop(k)) for k in LEAF_OPTIONS if k in rest) if v is not None}
+    try:
+        prior = TreePrior(**prior_options) if prior_options else None
+    except (ValueError, TypeError) as err:
+        raise ValueError(where + str(err)) from None
+    return dict(method=method, tempering=tempering, prior=prior, likelihood=likelihood or None, **rest)
+
+
 def run_config(config: dict, *, progress: bool | None = None) -> dict:
     """Run one config; returns the metrics dict (also written to ``output/metrics.json``)."""
-    from .sampling import sample
-
     task, X_train, y_train, X_test, y_test = _load_data(config)
     kwargs = _flat_options(config, where="")
     for key in ("move_probs", "warmup_move_probs"):
@@ -190,8 +195,8 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # written after every block_size iterations; rerunning the same config resumes from it
-    post = sample(X_train, y_train, task=task, method=_method_name(config), progress=progress,
-                  checkpoint=str(out / "checkpoint.pkl"), **kwargs)
+    post = sample(X_train, y_train, task=task, progress=progress, checkpoint=str(out / "checkpoint.pkl"),
+                  **_sample_arguments(_method_name(config), kwargs, where=f"{config['name']}: "))
     seconds = time.perf_counter() - t0
     draws = post.predict_draws(X_test)  # (chains*draws, n, P)
     C, S = post.num_chains, post.num_draws
