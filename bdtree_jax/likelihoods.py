@@ -40,7 +40,7 @@ class DirichletMultinomial:
 
         prod_i Gamma(K a) / Gamma(a)^K * prod_k Gamma(n_ik + a) / Gamma(n_i + K a)
 
-    (CGM98 §4; RJHMC spec §3).
+    (CGM98 §4; ``docs/theory/likelihoods.md``).
     """
 
     n_classes: int
@@ -113,7 +113,7 @@ class NormalMeanShift:
 
     ``y | leaf i ~ N(mu_i, sigma^2)``, ``mu_i | sigma ~ N(mu_bar, sigma^2 / a)``,
     ``sigma^2 ~ IG(nu/2, nu*lam/2)``.  With ``b`` leaves, ``s_i`` the within-leaf sum of squares
-    and ``t_i = n_i a/(n_i+a) (ybar_i - mu_bar)^2`` (CGM98 eq. 14; RJHMC spec §3)::
+    and ``t_i = n_i a/(n_i+a) (ybar_i - mu_bar)^2`` (CGM98 eq. 14; ``docs/theory/likelihoods.md``)::
 
         log p(Y|X,T) = -n/2 log(pi) + nu/2 log(nu lam) + lgamma((n+nu)/2) - lgamma(nu/2)
                        + sum_i 1/2 log(a/(n_i+a)) - (n+nu)/2 log(sum_i (s_i+t_i) + nu lam)

@@ -9,15 +9,15 @@ the training statistics.  A row goes **right** at slot ``i`` with probability
 * HMC-DF:  ``psi_i(x) = sigmoid((x[feature_i] - tau_i) / h)``
 * HMC-DFI: ``psi_i(x) = sigmoid((w_i . x - tau_i) / h)``
 
-and its membership of leaf ``l`` is the product of the probabilities along the path (RJHMC spec
-§1.2); the memberships of a row sum to 1 over the leaves.  As ``h -> 0`` the rule becomes the hard
+and its membership of leaf ``l`` is the product of the probabilities along the path
+(``docs/theory/rjhmc.md``); the memberships of a row sum to 1 over the leaves.  As ``h -> 0`` the rule becomes the hard
 ``x <= tau -> left``.
 
 Only the *topology* (``is_split``, (N,) bool) decides which parameters matter: parameters of
 slots that do not split (and leaf parameters of slots that are not leaves) are padding, which is
 what lets a topology change keep every array shape.
 
-Topology prior (spec §1.4): a node at depth ``d`` splits with probability ``alpha (1+d)^-beta``,
+Topology prior (``docs/theory/rjhmc.md``, Priors): a node at depth ``d`` splits with probability ``alpha (1+d)^-beta``,
 0 at ``max_depth`` (truncation).  RJHMC-Tree never prunes the root, so the prior used here is the
 CGM prior **conditioned on the root splitting** (the root's own factor is dropped).
 """
@@ -144,7 +144,7 @@ def prunable_nodes(is_split: Array) -> Array:
 
 
 def dm_soft_log_lik(phi: Array, onehot: Array, is_leaf: Array, concentration, keep_constant: bool = True) -> Array:
-    """Dirichlet-multinomial log marginal likelihood on soft counts (spec §1.3).
+    """Dirichlet-multinomial log marginal likelihood on soft counts (``docs/theory/rjhmc.md``).
 
     ``n_lk = sum_i phi[i, l] onehot[i, k]``; per leaf ``sum_k lgamma(n_lk + a) - lgamma(n_l + K a)``
     plus, with ``keep_constant``, the normalising constant ``lgamma(K a) - K lgamma(a)`` (the
@@ -164,7 +164,7 @@ def dm_soft_log_lik(phi: Array, onehot: Array, is_leaf: Array, concentration, ke
 def annealing_window(num_adapt_steps: int) -> tuple[int, int]:
     """``(t_start, t_end)`` of the linear ``h`` annealing along NumPyro's adaptation windows.
 
-    The paper (spec §1.6, eq. 20) anneals from the start ``t_s`` of the first slow window to
+    The paper (Cochrane et al. 2023, eq. 20) anneals from the start ``t_s`` of the first slow window to
     ``t_e - 100`` where ``t_e`` ends the last slow window, for 500 warm-up steps (75 -> 349).  We
     keep the same *fractions* for any number of steps: the end is ``t_e - (t_e - t_s) * 100/374``,
     so the final slow window still adapts the mass matrix at ``h_final``.

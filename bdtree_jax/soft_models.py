@@ -129,7 +129,7 @@ def regression_model(X, y, *, max_depth: int, h, kind="df", alpha=0.95, beta=1.0
                      sigma_shape=1.5, sigma_scale=1.5):
     """RJHMC-Tree's regression (Linero & Yang soft tree): ``y ~ N(phi @ leaf_mean, sigma^2)`` with
     ``leaf_mean`` (N,) ~ N(mu_mean, mu_scale^2) and ``sigma ~ InverseGamma(sigma_shape, sigma_scale)``
-    (the reference puts this prior on the standard deviation; spec §1.4)."""
+    (the reference puts this prior on the standard deviation; ``docs/theory/rjhmc.md``)."""
     phi, _ = _soft_tree("tree", X, max_depth=max_depth, h=h, kind=kind, alpha=alpha, beta=beta)
     mu = numpyro.sample("leaf_mean", dist.Normal(mu_mean, mu_scale).expand([phi.shape[1]]).to_event(1))
     sigma = numpyro.sample("sigma", dist.InverseGamma(sigma_shape, sigma_scale))

@@ -183,7 +183,7 @@ def enumerate_pinball_trees(X, point_stats, prior: TreePrior, likelihood, *,
                             boxes=None) -> list[tuple[str, float, float]]:
     """Every tree of positive pinball-prior mass as ``(string, log weight, log_lik)``.
 
-    The pinball prior (:mod:`bdtree_jax.priors`; spec §3 [derived]):
+    The pinball prior (:mod:`bdtree_jax.priors`, ``docs/theory/pinball.md``):
     ``π(T) ∝ p_size(K) · Π_internal p_shape(k_L | k) · Π_internal p_rule``, ``K - 1 ~
     Poisson(prior.pinball_rate)`` truncated to ``K <= prior.max_leaves``, ``k_L - 1 ~
     BetaBinomial(k - 2, γ, γ)`` with ``γ = prior.pinball_balance``, ``p_rule`` the CGM98 rule

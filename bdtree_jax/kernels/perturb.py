@@ -1,6 +1,6 @@
 """Perturb: Pratola (2016)'s rule perturbation (as in OpenBT), derived for this library's CGM98 prior.
 
-Spec: ``wu-restructure_spec.md`` §4 "Perturb".  The proposal is OpenBT's; **the acceptance ratio
+Derivation: ``docs/theory/perturb.md``.  The proposal is OpenBT's; **the acceptance ratio
 is ours**, derived for the truncated CGM98 prior of :mod:`bdtree_jax.priors` (split probability
 ``p_s``, valid-cut intervals ``[lo, hi)`` from each node's rows and ``min_leaf_size``, rule
 ``1/k(η) · w_v[c] / W_v(η)`` with ``k(η)`` the features with a valid cut at ``η``, ``w_v`` the

@@ -1,7 +1,7 @@
 """Particle Gibbs for a single tree (Lakshminarayanan, Roy & Teh 2015; Andrieu, Doucet &
 Holenstein 2010), vectorized over particles.
 
-Spec: ``smc-pg_spec.md`` §2.3 and §7.  One step is a *conditional* top-down SMC sweep
+Derivation: ``docs/theory/smc-pg.md``.  One step is a *conditional* top-down SMC sweep
 (:mod:`bdtree_jax.kernels.smc`) on the same CGM98 prior as every hard-split sampler, with the
 chain's current tree ``T*`` as the reference particle:
 
@@ -13,7 +13,7 @@ chain's current tree ``T*`` as the reference particle:
 * Every particle decides its next splittable node in breadth-first order (one ``vmap``-ped grow
   step).  Slot 0 replays ``T*``: node-wise breadth-first growth visits ``T*``'s splittable nodes in
   increasing heap index, so the forced decision at the popped node is simply ``T*``'s (split or
-  not, and the rule) -- no stored history (spec §2.3).  Its increment is computed by the same
+  not, and the rule) -- no stored history.  Its increment is computed by the same
   code as the free particles'.  Copies of the reference in other slots are free particles.
 * After the last stage the new tree is drawn from the final normalised weights of all ``P``
   particles (slot 0 returns ``T*``).

@@ -1,6 +1,6 @@
 """RJHMC-Tree (Cochrane, Wills & Johnson 2023): HMC-DF and HMC-DFI on padded soft trees.
 
-One iteration (spec ``rjhmc-tree_spec.md`` §1.5–1.7), from topology ``T`` and parameters ``x``:
+One iteration (``docs/theory/rjhmc.md``), from topology ``T`` and parameters ``x``:
 
 0. inactive padded parameters (thresholds, features/weights of slots that do not split; leaf
    parameters of slots that are not leaves) are redrawn from their prior — an exact Gibbs step,
@@ -11,7 +11,7 @@ One iteration (spec ``rjhmc-tree_spec.md`` §1.5–1.7), from topology ``T`` and
    (leaf sites swap slots ``l`` and ``2l+1``, Jacobian 1), the right child takes its padded value;
 4. HMC leg at ``T'``: ``x* -> x''``;
 5. accept ``(T', x'')`` or return to ``(T, x)``.  After warm-up the double-sided acceptance
-   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel; spec §1.7), during warm-up the
+   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel), during warm-up the
    paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.  Densities are evaluated at ``h_final``.
 
 HMC-DF's split features are updated inside every leg by a Metropolis-within-Gibbs sweep in random
@@ -197,7 +197,7 @@ class RJHMCState(NamedTuple):
 
 class TopologyProposal(NamedTuple):
     """A grow or prune proposal: the new topology, the node, whether it grows, and
-    ``log q(T | T') - log q(T' | T)`` (spec §1.7, the ratio ``Q``)."""
+    ``log q(T | T') - log q(T' | T)`` (the ratio ``Q`` of ``docs/theory/rjhmc.md``)."""
 
     is_split: Any
     node: Any

@@ -1,6 +1,6 @@
 """Top-down SMC for a single tree (Lakshminarayanan, Roy & Teh 2013), vectorized over particles.
 
-Spec: ``smc-pg_spec.md`` §1.  Every particle starts at the stump and is grown node by node in
+Derivation: ``docs/theory/smc-pg.md``.  Every particle starts at the stump and is grown node by node in
 breadth-first order; the particles target the same posterior as every hard-split sampler here
 (the CGM98 prior of :mod:`bdtree_jax.priors` with ``min_leaf_size`` and ``max_depth``, times the
 integrated likelihood).

@@ -1,10 +1,10 @@
 """The restructure move of Wu, Tjelmeland & West (2007) and their local/restructure schedule.
 
-Spec: ``wu-restructure_spec.md`` §2 and §5.  **This is our construction, consistent with the
-paper but not a transcription of it**: the proposal, its weights (the spec's "Variant Π") and
-the acceptance formula below are the spec's [derived] formulas, re-derived here for this
-library's CGM98 prior (:mod:`bdtree_jax.priors`: ``split_prob``, valid-cut intervals
-``[lo, hi)`` with ``min_leaf_size``, ``split_prior`` cut weights).
+Derivation: ``docs/theory/wu-restructure.md``.  **This is our construction, consistent with the
+paper but not a transcription of it**: the proposal, its weights ("Variant Π") and the
+acceptance formula below are derived for this library's CGM98 prior (:mod:`bdtree_jax.priors`:
+``split_prob``, valid-cut intervals ``[lo, hi)`` with ``min_leaf_size``, ``split_prior`` cut
+weights).
 
 **Groups.**  The current tree ``T`` (a :class:`~bdtree_jax.kernels.cgm.CGMState`) partitions the
 training rows into its ``K`` leaves, the groups ``G_k`` (indexed by their heap slot; in the
@@ -68,8 +68,8 @@ cuts); levels from depth 3 on that no group reaches are skipped.
 **Exact fibre-Gibbs variant** (``kind="gibbs"`` / ``"auto"``): ``T'`` drawn from ``π`` restricted to
 the fibre ``{T': P(T') = P}`` and always accepted (:mod:`bdtree_jax.kernels.fibre_gibbs`).
 
-**Pinball prior** (``structure="pinball"``, :mod:`bdtree_jax.priors`; spec §3: "restructure: the
-Φ formula with p_s replaced by shape factors").  Then ``π(T) = p_size(K) prod_int p_shape(k_L(η) |
+**Pinball prior** (``structure="pinball"``, :mod:`bdtree_jax.priors`: the ``Φ`` formula with
+``p_s`` replaced by shape factors).  Then ``π(T) = p_size(K) prod_int p_shape(k_L(η) |
 k(η)) r_η(rule_η)`` with no leaf factors; ``k(η) = |S_η|`` (a node's leaves are its groups) and
 ``k_L(η) = |S_L|``.  ``K`` is the same for ``T`` and ``T'``, so ``p_size`` cancels and Variant Π
 gives::

@@ -43,7 +43,7 @@ def _soft_leaf_probs(draw, X_train, onehot, h, concentration, kind):
 @functools.partial(jax.jit, static_argnames=("kind",))
 def _soft_predict(draws, X_train, onehot, X_test, h, concentration, kind):
     """Per draw, the hard-assigned (``h -> 0`` path) leaf's parameter at each test row:
-    (draws, n_test, P) class probabilities or leaf means (RJHMC spec §1.6)."""
+    (draws, n_test, P) class probabilities or leaf means (``docs/theory/rjhmc.md``)."""
     from ..soft import hard_leaf
 
     def one(draw):

@@ -44,7 +44,7 @@ float32 rounding relative to the feature's range.
   (:func:`child_bounds`), with no pass over the rows -- what makes BART's sweep cheap.
 
 **Pinball prior** (``structure="pinball"``; Wu, Tjelmeland & West 2007's mechanism, with the
-*[derived]* parametrisation of ``wu-restructure_spec.md`` §3, not a transcription of the paper).
+parametrisation derived in ``docs/theory/pinball.md``, not a transcription of the paper).
 The tree's number of leaves ``K`` has its own law and the shape its own::
 
     K - 1 ~ Poisson(pinball_rate)  truncated to 1 <= K <= K_max       (p_size)
