@@ -8,43 +8,32 @@ import numpy as np
 import pytest
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_edit_posterior, tree_frequencies, tv_distance
+from bdtree_jax.exact import enumerate_edit_posterior, tv_distance
 from bdtree_jax.kernels import edit, tempering
-from bdtree_jax.likelihoods import DirichletMultinomial
-from bdtree_jax.priors import TreePrior
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
+
+from helpers import chain_frequencies
 
 T0, MEAN_EDITS, MAX_EDITS = "x0<=3.5(L,L)", 1.5, 5
 CHAINS, ITERS, BURN = 16, 20_000, 500
 
 
-def _frequencies(traces, thresholds):
-    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
-
-
 @pytest.mark.parametrize("regrow_prob,n_temperatures", [(0.0, 1), (1.0, 1), (0.5, 1), (0.5, 3)])
-def test_edit_prior_chain_matches_exact_posterior(toy_data, regrow_prob, n_temperatures):
+def test_edit_prior_chain_matches_exact_posterior(toy_problem, regrow_prob, n_temperatures):
     """Local append/delete moves, backtracking regrow moves, their mix and the tempered mix all
     sample the exact edit-prior posterior over trees (TV <= 0.04; Monte Carlo TV ~0.01-0.02)."""
-    X, y, _ = toy_data
-    prior = TreePrior(max_depth=2, alpha=0.95, beta=1.0)
-    lik = DirichletMultinomial(2, 1.0)
-    grid = make_split_grid(X)
-    data = edit.EditData(
-        make_tree_data(grid.bin(X), y, prior, lik),
-        Tree(*(jnp.asarray(a) for a in from_string(T0, grid.thresholds, 2))),
-    )
+    p = toy_problem("classification", 2)
+    data = edit.EditData(p.data, Tree(*(jnp.asarray(a) for a in from_string(T0, p.grid.thresholds, 2))))
     config = edit.EditConfig(2, 1, mean_edits=MEAN_EDITS, max_edits=MAX_EDITS, regrow_prob=regrow_prob)
     algorithm = edit.edit_prior(config)
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(3), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS)
-    exact = enumerate_edit_posterior(X, lik.point_stats(y), prior, lik, T0, mean_edits=MEAN_EDITS,
-                                     max_edits=MAX_EDITS)
-    freqs = _frequencies(traces, grid.thresholds)
+    exact = enumerate_edit_posterior(p.X, p.likelihood.point_stats(p.y), p.prior, p.likelihood, T0,
+                                     mean_edits=MEAN_EDITS, max_edits=MAX_EDITS)
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= {k for k, v in exact.items() if v > 0}
     assert tv_distance(freqs, exact) <= 0.04
     # the edit count is a real random variable here: both ends of its range are visited

@@ -11,8 +11,10 @@ import pytest
 import bdtree_jax as bd
 from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import pg, tempering
-from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, from_string
+from bdtree_jax.driver import run_chains
+from bdtree_jax.tree import Tree
+
+from helpers import chain_frequencies, stack_trees
 
 DEPTH = 2
 N_START = 40_000
@@ -21,12 +23,11 @@ N_START = 40_000
 def _problem(toy_problem, task, max_depth=DEPTH, split_prior="uniform"):
     """The toy problem plus every tree of the support as a stacked heap (T, N) and its log lik."""
     p = toy_problem(task, max_depth, split_prior=split_prior)
-    names = [s for s, _, _ in p["trees"]]
-    prob = np.array([p["exact"][s] for s in names])
-    heaps = [from_string(s, p["grid"].thresholds, max_depth) for s in names]
-    stack = Tree(*(jnp.asarray(np.stack([t[i] for t in heaps])) for i in range(3)))
-    log_lik = np.array([ll for _, _, ll in p["trees"]])
-    return p["data"], p["grid"], p["exact"], prob, stack, log_lik
+    names = list(p.trees)
+    prob = np.array([p.exact[s] for s in names])
+    stack = stack_trees(names, p.grid.thresholds, max_depth)
+    log_lik = np.array([ll for _, ll in p.trees.values()])
+    return p.data, p.grid, p.exact, prob, stack, log_lik
 
 
 def _one_sweep(config, data, stack, start, seed=1):
@@ -96,7 +97,7 @@ def test_chain_matches_exact_posterior(toy_problem, n_temperatures):
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(3), num_chains=16, num_iterations=5000, block_size=5000)
-    freqs = tree_frequencies(Tree(*(a[:, 100:] for a in traces["tree"])), grid.thresholds)
+    freqs = chain_frequencies(traces, grid.thresholds, 100)
     assert set(freqs) <= set(exact)
     assert tv_distance(freqs, exact) <= 0.04
 
