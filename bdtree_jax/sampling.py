@@ -250,7 +250,7 @@ def sample(
         initial tree.
     structure, pinball_rate, pinball_balance, pinball_max_leaves : the tree-structure prior,
         "cgm" (the default: CGM98's ``alpha (1+d)^-beta``) or "pinball" (Wu, Tjelmeland & West
-        2007's mechanism in the spec's [derived] parametrisation, :mod:`bdtree_jax.priors`: leaves
+        2007's mechanism in this library's parametrisation, docs/theory/pinball.md: leaves
         ``K - 1 ~ Poisson(pinball_rate)`` truncated at ``pinball_max_leaves`` (None:
         ``2**max_depth``), each split's left leaf count ``k_L - 1 ~ BetaBinomial(k - 2,
         pinball_balance, pinball_balance)``, rules as CGM98's; ``alpha`` and ``beta`` unused).

@@ -1,5 +1,5 @@
-"""Hypercube-D mixing test (Particle Gibbs for BART, Lakshminarayanan et al. 2015; spec
-``smc-pg_spec.md`` §4 item 15): iterations and seconds until a chain first holds a tree that
+"""Hypercube-D mixing test (Particle Gibbs for BART, Lakshminarayanan et al. 2015; results in
+``docs/benchmarks.md``): iterations and seconds until a chain first holds a tree that
 separates every vertex of the hypercube, for Particle Gibbs and for CGM, over several seeds.
 
     python benchmarks/hypercube_mixing.py [--dims 3 4] [--seeds 0 1 2 3 4] [--pg-iters 2000] \

@@ -1,7 +1,7 @@
 """RJHMC-Tree speed: our padded JAX kernel (fast and paper schedules) vs the reference's cost model.
 
 Seconds per RJ iteration on the paper's iris and bcw train splits (HMC-DF and HMC-DFI, the paper's
-h / alpha / beta of spec §1.8, ``max_depth=5``, one chain), all measured in one process:
+h / alpha / beta (the authors' training script), ``max_depth=5``, one chain), all measured in one process:
 
 * **ours, fast schedule** (``RJHMCConfig(schedule="fast")``, ``leg_steps=4``): run through
   ``bdtree_jax.sampling.run_chains`` with a fixed block size, so every run length uses one compiled
@@ -83,7 +83,7 @@ if _ROOT not in sys.path:
 
 import numpy as np  # noqa: E402
 
-# spec rjhmc-tree_spec.md §1.8 (h_init, h_final, alpha, beta)
+# the paper's per-dataset h_init, h_final, alpha, beta (the authors' training script)
 PAPER = {
     ("iris", "df"): dict(h_init=0.01, h_final=0.01, alpha=0.45, beta=1.0),
     ("bcw", "df"): dict(h_init=0.025, h_final=0.025, alpha=0.45, beta=2.5),

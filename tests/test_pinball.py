@@ -1,5 +1,5 @@
-"""The pinball tree prior (``structure="pinball"``; spec ``wu-restructure_spec.md`` §3, [derived]
-parametrisation): ``K - 1 ~ Poisson(λ)`` truncated at ``K_max``, each split's left leaf count
+"""The pinball tree prior (``structure="pinball"``; this library's parametrisation,
+docs/theory/pinball.md): ``K - 1 ~ Poisson(λ)`` truncated at ``K_max``, each split's left leaf count
 ``k_L - 1 ~ BetaBinomial(k - 2, γ, γ)``, CGM98's rule prior; truncated at ``max_depth``.
 
 Two data sets:

@@ -324,7 +324,7 @@ def make_hypercube(
     n_features: int = 3, n_per_vertex: int = 10, x_noise: float = 0.1, f_scale: float = 3.0, seed=0
 ) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
     """Simulate the hypercube-D mixing benchmark of Particle Gibbs for BART (Lakshminarayanan et
-    al. 2015; ``smc-pg_spec.md`` §4 item 15).
+    al. 2015; results in ``docs/benchmarks.md``).
 
     ``2**D`` clusters of ``n_per_vertex`` rows at the vertices of ``{-1, +1}^D`` with Gaussian
     input noise (sd ``x_noise``); every vertex has a value ``f(v) ~ N(0, f_scale**2)`` and the

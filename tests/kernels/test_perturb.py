@@ -1,4 +1,4 @@
-"""The perturb move (Pratola 2016, OpenBT; spec wu-restructure_spec.md §4) on the CGM98 prior:
+"""The perturb move (Pratola 2016, OpenBT; docs/theory/perturb.md) on the CGM98 prior:
 its acceptance ratio against enumeration, chains against the exact posterior, the warm-up
 adaptation of its window, and option errors."""
 

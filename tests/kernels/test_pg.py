@@ -55,7 +55,7 @@ def _one_sweep(config, data, stack, start, seed=1):
 )
 def test_sweep_leaves_exact_posterior_invariant(toy_problem, task, num_particles, proposal, include_reference,
                                                split_prior):
-    """Spec §4 item 11(a): T0 ~ pi exactly (40,000 draws from the enumeration), one sweep each;
+    """T0 ~ pi exactly (40,000 draws from the enumeration), one sweep each;
     the outputs must again be distributed as pi.  The 40,000 iid inputs themselves are at TV
     0.031 from pi (classification, 256 trees) -- the Monte Carlo floor; a correct sweep gives
     the same (observed 0.026-0.030), the pymc-bart-style sweep that excludes the reference from
@@ -88,7 +88,7 @@ def test_sweep_leaves_exact_posterior_invariant(toy_problem, task, num_particles
 
 @pytest.mark.parametrize("n_temperatures", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_chain_matches_exact_posterior(toy_problem, n_temperatures):
-    """Spec §4 item 11(b): 16 chains x 5,000 PG sweeps (10 particles) -- alone and as the kernel
+    """16 chains x 5,000 PG sweeps (10 particles) -- alone and as the kernel
     of a 3-rung tempered chain, chains sharded over the test session's CPU devices -- within TV
     0.04 of the enumerated posterior (a 256-tree support; PG's draws are nearly independent here,
     so the error is close to that of 80,000 iid draws, ~0.022; 8 x 4,000 gave 0.033-0.035)."""

@@ -128,7 +128,7 @@ def test_one_compilation_for_a_run_visiting_many_topologies(tiny):
 
 
 def test_h_schedule_follows_the_paper_for_500_steps():
-    # spec §1.6: h_init up to step 75, linear, h_final from step 349 on
+    # the paper's schedule (docs/theory/rjhmc.md): h_init up to step 75, linear, h_final from step 349 on
     assert annealing_window(500) == (75, 349)
     h = np.asarray(annealed_h(jnp.arange(500), (75, 349), 0.05, 0.001))
     np.testing.assert_allclose(h[:76], 0.05, rtol=1e-6)

@@ -76,7 +76,7 @@ def test_weighted_particles_match_exact_posterior(toy_problem, task, max_depth, 
 
 def test_no_resampling_identity(toy_problem):
     """Prior proposal, never resampling: each final log weight + log P is its tree's log
-    likelihood (spec §1.5's debug identity), and every particle has finished."""
+    likelihood (the identity of docs/theory/smc-pg.md), and every particle has finished."""
     data, grid, _, _ = _problem(toy_problem, "classification", max_depth=3)
     config = smc.SMCConfig(3, 1, num_particles=64, proposal="prior", ess_threshold=0.0)
     out = _runs(data, grid, config, 4)
@@ -91,7 +91,7 @@ def test_no_resampling_identity(toy_problem):
 
 @pytest.mark.parametrize("split_prior,min_leaf_size,max_depth", [("uniform", 1, 2), ("range", 2, 3)])
 def test_prior_normalised_and_simulated(toy_problem, split_prior, min_leaf_size, max_depth):
-    """Spec §4 items 3-4: the enumerated prior sums to 1, and the prior proposal without
+    """The enumerated prior sums to 1, and the prior proposal without
     resampling draws trees from the prior (the particles, unweighted, are iid prior draws):
     64 runs x 1000 particles within TV 0.035 of the enumerated prior (the Monte Carlo floor of
     64,000 iid draws: 0.023 on the 256-tree support, 0.008 on the 17-tree one)."""

@@ -1,4 +1,4 @@
-"""The restructure move and the WU schedule (issue #10; spec ``wu-restructure_spec.md`` §5).
+"""The restructure move and the WU schedule (issue #10; docs/theory/wu-restructure.md).
 
 * Exact checks on a fixed leaf partition ("fibre", from :func:`~bdtree_jax.exact.enumerate_trees`
   filtered by partition): the replayed proposal gives every fibre tree its enumerated prior,
@@ -10,7 +10,7 @@
   prior restricted to it; the negative control (``drop_w``) fails.
 * §5.2: the WU schedule (``n_local = 2``) against the enumerated posterior, also with
   ``split_prior="range"``, ``min_leaf_size=2`` and tempering.
-* The exact fibre-Gibbs variant (spec §2, §5.3): ``Z(P, 0)`` is the enumerated prior mass of the
+* The exact fibre-Gibbs variant: ``Z(P, 0)`` is the enumerated prior mass of the
   fibre, independent draws follow the prior on the fibre and are always accepted, the negative
   controls (leaf factors or rule weights dropped) fail; its exact law equals the stationary law of
   the Variant Π chain; the WU schedule with ``restructure="gibbs"`` / ``"auto"`` (mixing Gibbs and
@@ -130,7 +130,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
         law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
         return 0.5 * np.abs(law / law.sum() - target).sum()
 
-    # spec §5.3: the fibre-Gibbs draw's exact law, pi(T) / Z(P, 0) with Z from its DP (float32)
+    # the fibre-Gibbs draw's exact law, pi(T) / Z(P, 0) with Z from its DP (float32)
     gc = wu.RestructureConfig(max_depth, min_leaf_size, kind="auto", max_groups=8)
     fib = jax.device_get(jax.jit(lambda s: wu._fibre_dp(s, data, gc))(state))
     gibbs_law = np.exp(log_prior - float(fib.log_z[0, 2 ** int(fib.K) - 1]))
@@ -210,7 +210,7 @@ def _restructure_chains(rc: wu.RestructureConfig, n_steps: int):
 )
 def test_restructure_alone_samples_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_size, split_prior, start,
                                                            weights, drop_w):
-    """Spec §5.1: 8 chains x 10,000 restructures from a K = 3-4 tree; visits stay in the fibre and
+    """8 chains x 10,000 restructures from a K = 3-4 tree; visits stay in the fibre and
     match the prior restricted to it (TV <= 0.03; observed 0.010-0.019 on the 36-tree fibres,
     where 80,000 iid draws give 0.008-0.009) -- the W-dropping control converges to TV 0.198
     (exact, from the transition matrix; observed 0.199) and fails."""
@@ -301,7 +301,7 @@ CHAINS, ITERS, BURN = 16, 6000, 200
         pytest.param("regression", 3, 2, "uniform", 1, False, "pi", 10, marks=pytest.mark.slow),
         pytest.param("classification", 2, 1, "uniform", 3, False, "pi", 10, marks=pytest.mark.slow),
         ("classification", 2, 1, "uniform", 1, True, "pi", 10),  # negative control: must fail
-        # spec §5.3: the fibre-Gibbs variant, and "auto" switching between it (K <= 2) and Π (K = 3, 4)
+        # the fibre-Gibbs variant, and "auto" switching between it (K <= 2) and Π (K = 3, 4)
         ("classification", 2, 1, "uniform", 1, False, "gibbs", 4),
         pytest.param("regression", 3, 2, "uniform", 1, False, "gibbs", 8, marks=pytest.mark.slow),
         pytest.param("classification", 2, 1, "range", 3, False, "gibbs", 4, marks=pytest.mark.slow),
@@ -310,10 +310,10 @@ CHAINS, ITERS, BURN = 16, 6000, 200
 )
 def test_wu_schedule_matches_enumerated_posterior(toy_data, task, max_depth, min_leaf_size, split_prior,
                                                   n_temperatures, drop_w, restructure, max_groups):
-    """Spec §5.2: 16 chains x 6,000 WU iterations (2 CGM steps, 1 restructure, 2 CGM steps), plain
+    """16 chains x 6,000 WU iterations (2 CGM steps, 1 restructure, 2 CGM steps), plain
     or as the kernel of a 3-rung tempered chain, within TV 0.04 of the exact posterior (observed
     0.017 on the 256-tree supports, 0.006 on the 17-tree one); with ``W(S)`` dropped from ``Φ``
-    the chain is biased (observed 0.081).  Spec §5.3: the same with the fibre-Gibbs restructure
+    the chain is biased (observed 0.081).  The same with the fibre-Gibbs restructure
     (every restructure of a K >= 2 tree accepted; observed TV 0.018, 0.005 and 0.017 tempered with
     the range prior; restructure acceptance 0.96-0.98) and with "auto" at
     ``max_groups = 2`` (Gibbs for K = 2, the Π fallback for K = 3-4: 36 % Gibbs; TV 0.018)."""
