@@ -3,7 +3,7 @@
 Every module of the installed ``bdtree_jax`` package (found with :func:`pkgutil.walk_packages`) is
 parsed with :mod:`ast`; every ``import`` / ``from ... import`` of a ``bdtree_jax`` module counts,
 at module level and inside functions alike, relative imports resolved.  Each module belongs to a
-layer (:data:`LAYERS`, the table of the design notes) and may import only the layers listed in
+layer (:data:`LAYERS`, the table of docs/architecture.md) and may import only the layers listed in
 :data:`MAY_IMPORT`; the face may import anything.
 
 What an import statement counts as (the edges of the graph):
