@@ -104,11 +104,28 @@ class DirichletMultinomial:
         return jnp.log(jnp.take_along_axis(params, codes[:, None], axis=1)[:, 0])
 
 
+class _PowerSums:
+    """What the normal leaf models share: a row's point statistics are ``[1, r, r**2]`` of its
+    (centred) response ``r``, so a node's are its row count and the sums of ``r`` and ``r**2``."""
+
+    @property
+    def n_stats(self) -> int:
+        return 3
+
+    def rows(self, stats: Array) -> Array:
+        """Rows behind sufficient statistics ``stats`` (..., 3) -> (...): the first column."""
+        return stats[..., 0]
+
+    def prepare(self, n_rows: int):
+        """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
+        return self
+
+
 @functools.partial(
     jax.tree_util.register_dataclass, data_fields=["nu", "lam", "a", "mu_bar"], meta_fields=[]
 )
 @dataclass(frozen=True)
-class NormalMeanShift:
+class NormalMeanShift(_PowerSums):
     """Regression: CGM98's conjugate mean-shift model.
 
     ``y | leaf i ~ N(mu_i, sigma^2)``, ``mu_i | sigma ~ N(mu_bar, sigma^2 / a)``,
@@ -125,18 +142,6 @@ class NormalMeanShift:
     lam: float
     a: float
     mu_bar: float
-
-    @property
-    def n_stats(self) -> int:
-        return 3
-
-    def rows(self, stats: Array) -> Array:
-        """Rows behind sufficient statistics ``stats`` (..., 3) -> (...): the first column."""
-        return stats[..., 0]
-
-    def prepare(self, n_rows: int) -> "NormalMeanShift":
-        """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
-        return self
 
     def point_stats(self, y: np.ndarray) -> np.ndarray:
         r = np.asarray(y, float) - self.mu_bar
@@ -230,8 +235,8 @@ def default_normal_hyperparameters(y: np.ndarray, *, nu=None, lam=None, a=None, 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["sigma2", "tau2"], meta_fields=[])
 @dataclass(frozen=True)
-class BARTLeafNormal:
-    """One tree's leaves in BART's Bayesian backfitting (:mod:`bdtree_jax.bart`).
+class BARTLeafNormal(_PowerSums):
+    """One tree's leaves in BART's Bayesian backfitting (:mod:`bdtree_jax.kernels.bart`).
 
     The rows are the partial residuals ``r_i`` of the tree; in a leaf ``r_i ~ N(mu, sigma2)``
     independently given the leaf value ``mu ~ N(0, tau2)`` (centred at 0: the model rescales
@@ -242,25 +247,13 @@ class BARTLeafNormal:
         log p(r) = -n/2 log(2 pi sigma2) - S2 / (2 sigma2)                     # same for every tree
                    - 1/2 log(1 + n tau2/sigma2) + tau2 S**2 / (2 sigma2 (sigma2 + n tau2))
 
-    (Chipman, George & McCulloch 2010; smc-pg spec §2.1 in precision form).  Both numbers are
+    (Chipman, George & McCulloch 2010, in precision form).  Both numbers are
     pytree leaves: a new ``sigma2`` every tree update recompiles nothing.  ``point_stats`` are
     ``[1, r, r**2]``.
     """
 
     sigma2: float
     tau2: float
-
-    @property
-    def n_stats(self) -> int:
-        return 3
-
-    def rows(self, stats: Array) -> Array:
-        """Rows behind sufficient statistics ``stats`` (..., 3) -> (...): the first column."""
-        return stats[..., 0]
-
-    def prepare(self, n_rows: int) -> "BARTLeafNormal":
-        """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
-        return self
 
     def point_stats(self, r) -> np.ndarray:
         """``[1, r, r**2]`` rows (n, 3) float32 (host side; jitted code stacks them from the residuals)."""
@@ -274,7 +267,18 @@ class BARTLeafNormal:
         split gain; keeping it apart avoids float32 cancellation."""
         n, s1 = stats[..., 0], stats[..., 1]
         s2, t2 = self.sigma2, self.tau2
-        return -0.5 * jnp.log1p(n * t2 / s2) + 0.5 * t2 * s1 * s1 / (s2 * (s2 + n * t2))
+        return self._log_det(n) + 0.5 * t2 * s1 * s1 / (s2 * (s2 + n * t2))
+
+    def _log_det(self, n: Array) -> Array:
+        """``-1/2 log(1 + n tau2/sigma2)`` of a leaf of ``n`` rows."""
+        return -0.5 * jnp.log1p(n * self.tau2 / self.sigma2)
+
+    def marginal_terms(self, n: Array) -> tuple[Array, Array]:
+        """The row-count parts ``(log_a, b)`` (each ``n.shape``) of the grouping-dependent leaf log
+        marginal (:meth:`_shrink`): a leaf of ``n`` rows whose residuals sum to ``S`` has
+        ``log_a + b S**2``.  BART's grow-prune sweep computes them before it knows ``S``."""
+        s2, t2 = self.sigma2, self.tau2
+        return self._log_det(n), 0.5 * t2 / (s2 * (s2 + n * t2))
 
     def _rows(self, stats: Array) -> Array:
         n, sq = stats[..., 0], stats[..., 2]
@@ -301,8 +305,19 @@ class BARTLeafNormal:
         """Mean and sd of ``mu | r`` in each node, each ``stats.shape[:-1]``: precision
         ``1/tau2 + n/sigma2``, mean ``(S/sigma2) / precision``."""
         n, s1 = stats[..., 0], stats[..., 1]
-        precision = 1.0 / self.tau2 + n / self.sigma2
+        precision = self._precision(n)
         return s1 / self.sigma2 / precision, jax.lax.rsqrt(precision)
+
+    def _precision(self, n: Array) -> Array:
+        """``1/tau2 + n/sigma2``: the precision of ``mu`` given a leaf's ``n`` residuals."""
+        return 1.0 / self.tau2 + n / self.sigma2
+
+    def posterior_factors(self, n: Array) -> tuple[Array, Array]:
+        """``(1 / (sigma2 precision), 1 / sqrt(precision))``, each ``n.shape``: in a leaf of
+        ``n`` rows whose residuals sum to ``S``, ``mu | r`` has mean ``S`` times the first and sd
+        the second (:meth:`leaf_posterior` from the row counts alone)."""
+        precision = self._precision(n)
+        return 1.0 / (self.sigma2 * precision), jax.lax.rsqrt(precision)
 
     def leaf_mean(self, stats: Array) -> Array:
         """Posterior mean of the leaf value, shape (..., 1)."""
