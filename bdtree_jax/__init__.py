@@ -8,12 +8,13 @@ from ._devices import configure_cpu_devices
 
 configure_cpu_devices()
 
-from . import bart, datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
-from .bart import BARTClassifier, BARTRegressor  # noqa: E402
+from . import datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
+from .estimators import BARTClassifier, BARTRegressor  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
+from .posterior import BARTClassifierPosterior, BARTPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .sampling import sample  # noqa: E402
@@ -23,6 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BARTClassifier",
+    "BARTClassifierPosterior",
+    "BARTPosterior",
     "BARTRegressor",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
@@ -34,7 +37,6 @@ __all__ = [
     "Tree",
     "TreeData",
     "TreePrior",
-    "bart",
     "clear_compiled",
     "datasets",
     "diagnostics",

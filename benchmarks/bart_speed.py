@@ -3,7 +3,7 @@ in the same process on the same data and iteration counts, plus PG vs grow-prune
 
 Sections (``--sections``, default all three):
 
-1. **friedman** (smc-pg spec §4 item 14): ``y = 10 sin(pi x1 x2) + 20 (x3 - 0.5)**2 + 10 x4 + 5 x5 +
+1. **friedman** (Friedman #1): ``y = 10 sin(pi x1 x2) + 20 (x3 - 0.5)**2 + 10 x4 + 5 x5 +
    N(0, sigma**2)``, ``x ~ U[0, 1]**10`` (five inert features), ``n = 1000`` training rows,
    ``sigma = 1``, a separate test set of ``--n-test`` rows (another seed).  200 trees.  For each of
    our tree samplers (grow-prune, cgm, pg) and for bartz (``bartz.Bart``, continuous outcome, its
@@ -15,8 +15,8 @@ Sections (``--sections``, default all three):
 2. **bcw** (probit): ``bd.BARTClassifier`` vs ``bartz.Bart(outcome_type="binary")`` on the RJHMC
    paper's bcw split (``bd.datasets.load_split("bcw")``): test accuracy, test log loss, it/s.
    Skipped (and said so) if this checkout has no ``BARTClassifier``.
-3. **hypercube** (spec §4 item 15): ``bd.datasets.make_hypercube(D, n_per_vertex=10)`` (2**D
-   clusters at the vertices of {-1, 1}^D, no y noise), ``n_trees = 1`` as in the spec, several
+3. **hypercube** (Lakshminarayanan et al. 2015): ``bd.datasets.make_hypercube(D, n_per_vertex=10)`` (2**D
+   clusters at the vertices of {-1, 1}^D, no y noise), ``n_trees = 1`` as in that paper, several
    chains from the stump: ArviZ's bulk ESS (over chains) of ``sigma`` and of the fit at a few
    training rows (one per chosen vertex), divided by the sampling seconds of the saved draws, for
    ``tree_sampler="pg"`` and ``"grow-prune"``, with pgbart's CLI prior of its hypercube examples
@@ -277,10 +277,10 @@ def _iters(args, sampler):
 def _chipman_sigma_scale(X, y, trees: int) -> float:
     """Our sigma prior's harmonic-mean sd in y units (``sqrt(lam) * y_scale``): bartz's
     ``sigma_scale`` that gives it Chipman et al.'s calibration instead of its ``var(y)`` default."""
-    from bdtree_jax import bart
+    from bdtree_jax.problem.bart import build_bart_problem
 
-    _, model = bart.build_model(X, y, n_trees=trees)
-    return float(np.sqrt(model["lam"]) * model["y_scale"])
+    problem = build_bart_problem(X, y, n_trees=trees)
+    return float(np.sqrt(problem.lam) * problem.y_scale)
 
 
 def section_friedman(args) -> dict:
@@ -476,7 +476,7 @@ def report(results: dict, args, argv) -> str:
         fr = results["friedman"]
         rows = fr["rows"]
         bz = next((r for r in rows if r["sampler"] == "bartz" and "error" not in r), None)
-        p(f"## 1. Friedman #1 (spec §4 item 14): D = {fr['n_features']}, n = {fr['n_train']} train / "
+        p(f"## 1. Friedman #1: D = {fr['n_features']}, n = {fr['n_train']} train / "
           f"{fr['n_test']} test, sigma = {fr['noise']}, {args.trees} trees")
         p("")
         p(f"Test RMSE of the posterior mean against the noise-free f (var f on the test set = "
@@ -552,7 +552,7 @@ def report(results: dict, args, argv) -> str:
     if "hypercube" in results:
         hc = results["hypercube"]
         rows = hc["rows"]
-        p(f"## 3. Hypercube mixing (spec §4 item 15): BART with {hc['trees']} tree(s), PG vs grow-prune")
+        p(f"## 3. Hypercube mixing: BART with {hc['trees']} tree(s), PG vs grow-prune")
         p("")
         p(f"`make_hypercube(D, n_per_vertex=10)` (no y noise), `BARTRegressor(n_trees={hc['trees']}, "
           f"beta={hc['beta']}, split_prior={hc['split_prior']!r})` (pgbart's CLI prior of the hypercube examples: "

@@ -1,10 +1,10 @@
-"""BART (bdtree_jax.bart): the leaf marginal against scipy; Geweke's "getting it right" for the
-grow-prune and PG tree samplers (the successive-conditional simulator must reproduce the prior);
-one tree with fixed sigma against exact enumeration (trees and the fitted function); Friedman
-end to end; determinism; input errors.  Probit classification: the Albert–Chib latent draw
-against scipy's truncated normal; one probit tree against exact enumeration by quadrature (with
-negative controls); Geweke for the probit sweep; BARTClassifier end to end (probabilities,
-ArviZ/LOO, variable inclusion); input errors."""
+"""BART (kernels/, problem/, posterior/ and estimators/bart.py): the leaf marginal against scipy;
+Geweke's "getting it right" for the grow-prune and PG tree samplers (the successive-conditional
+simulator must reproduce the prior); one tree with fixed sigma against exact enumeration (trees
+and the fitted function); Friedman end to end; determinism; input errors.  Probit
+classification: the Albert–Chib latent draw against scipy's truncated normal; one probit tree
+against exact enumeration by quadrature (with negative controls); Geweke for the probit sweep;
+BARTClassifier end to end (probabilities, ArviZ/LOO, variable inclusion); input errors."""
 
 import dataclasses
 
@@ -17,12 +17,13 @@ from scipy.special import log_ndtr, logsumexp
 from scipy.stats import kstest, multivariate_normal, norm, truncnorm
 
 import bdtree_jax as bd
-from bdtree_jax import bart
+from bdtree_jax.kernels import bart
 from bdtree_jax._arviz import arviz_major_version
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.likelihoods import BARTLeafNormal, NormalMeanShift
-from bdtree_jax.priors import TreePrior
+from bdtree_jax.posterior.bart import sum_of_trees
+from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, leaf_index, n_leaves, tree_depth
 
@@ -32,7 +33,7 @@ from bdtree_jax.tree import Tree, from_string, leaf_index, n_leaves, tree_depth
 
 
 def test_leaf_log_lik_is_the_multivariate_normal_marginal():
-    """Spec §4 item 1: log p(r) of a leaf = MVN log density with covariance sigma2 I + tau2 11^T;
+    """log p(r) of a leaf = MVN log density with covariance sigma2 I + tau2 11^T;
     log_lik sums leaves, split_gain is the difference of leaf marginals, and the leaf posterior
     is the normal obtained by conditioning (checked by quadrature)."""
     rng = np.random.default_rng(0)
@@ -64,6 +65,25 @@ def test_leaf_log_lik_is_the_multivariate_normal_marginal():
         assert total == pytest.approx(sum(parts), rel=1e-5, abs=1e-3)
     # an empty node contributes 0
     assert float(lik.leaf_log_lik(jnp.zeros(3))) == 0.0
+
+
+def test_count_only_leaf_terms():
+    """The grow-prune sweep's count-only parts of the leaf model (``marginal_terms``,
+    ``posterior_factors``) give back the grouping-dependent log marginal
+    ``-1/2 log(1 + n tau2/sigma2) + tau2 S**2 / (2 sigma2 (sigma2 + n tau2))`` (float64 here) and
+    ``leaf_posterior``'s mean and sd, for empty to large leaves."""
+    sigma2, tau2 = 0.3, 0.05
+    lik = BARTLeafNormal(jnp.float32(sigma2), jnp.float32(tau2))
+    n = np.array([0.0, 1.0, 4.0, 50.0, 3000.0])
+    s = np.array([0.0, 0.7, -1.3, 4.0, 60.0])
+    log_a, b = lik.marginal_terms(jnp.asarray(n, jnp.float32))
+    want = -0.5 * np.log1p(n * tau2 / sigma2) + tau2 * s**2 / (2 * sigma2 * (sigma2 + n * tau2))
+    np.testing.assert_allclose(np.asarray(log_a) + np.asarray(b) * s**2, want, rtol=1e-5, atol=1e-6)
+    factor, sd = lik.posterior_factors(jnp.asarray(n, jnp.float32))
+    stats = jnp.asarray(np.stack([n, s, s * s], axis=1), jnp.float32)
+    mean_want, sd_want = lik.leaf_posterior(stats)
+    np.testing.assert_allclose(np.asarray(factor) * s, np.asarray(mean_want), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(sd), np.asarray(sd_want))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,7 +148,7 @@ def geweke_z(sampler, seed=0, valid_cuts="data"):
 @pytest.mark.parametrize("sampler,valid_cuts", [("grow-prune", "data"), ("pg", "data"), ("grow-prune", "ancestors"),
                                                 ("pg", "ancestors")])
 def test_geweke_getting_it_right(sampler, valid_cuts):
-    """Spec §4 item 13.  Alternating a sweep with y ~ p(y | trees, leaves, sigma) must leave the
+    """Geweke (2004).  Alternating a sweep with y ~ p(y | trees, leaves, sigma) must leave the
     prior invariant: 32 chains x 4,000 sweeps started from prior draws vs 200,000 forward draws.
     Every |z| < 4.  Observed |z| <= 2.3.  Breaking the sampler fails loudly (checked by hand
     with monkeypatches): leaf posterior sd x 1.3 -> z(log sigma2) = 45; leaf mean without
@@ -189,7 +209,7 @@ def test_single_tree_fixed_sigma_matches_enumeration():
     assert tv <= 0.04, tv
     draws = Tree(*(a[:, 500:].reshape((-1,) + a.shape[2:]) for a in traces["tree"]))
     values = traces["leaf_values"][:, 500:].reshape(-1, *traces["leaf_values"].shape[2:])
-    fit = np.asarray(bart.sum_of_trees(draws, jnp.asarray(values), jnp.asarray(grid.bin(X)))).mean(0)
+    fit = np.asarray(sum_of_trees(draws, jnp.asarray(values), jnp.asarray(grid.bin(X)))).mean(0)
     np.testing.assert_allclose(fit, exact_fit, atol=0.02)
     assert np.allclose(traces["sigma"], 1.0)  # fixed
 
@@ -293,7 +313,7 @@ def _probit_tree_chain(data, config, grid, X, num_iterations, seed=0):
     kept = Tree(*(a[:, 500:, 0] for a in traces["tree"]))
     draws = Tree(*(a[:, 500:].reshape((-1,) + a.shape[2:]) for a in traces["tree"]))
     values = traces["leaf_values"][:, 500:].reshape(-1, *traces["leaf_values"].shape[2:])
-    f = float(data.offset) + np.asarray(bart.sum_of_trees(draws, jnp.asarray(values), jnp.asarray(grid.bin(X))))
+    f = float(data.offset) + np.asarray(sum_of_trees(draws, jnp.asarray(values), jnp.asarray(grid.bin(X))))
     return tree_frequencies(kept, grid.thresholds), norm.cdf(f).mean(0), traces
 
 
@@ -428,7 +448,7 @@ def _friedman(n, rng, d=10):
 
 @pytest.mark.slow
 def test_friedman_end_to_end_and_determinism():
-    """Spec §4 item 14 (small): n = 300, D = 10, sigma = 1, 50 trees, 300 + 300 grow-prune sweeps.
+    """Friedman #1, small: n = 300, D = 10, sigma = 1, 50 trees, 300 + 300 grow-prune sweeps.
     Test RMSE against the noise-free f < 0.4 sd(f) (observed 0.26 with the defaults, 0.25 with
     valid_cuts="data" and depth 6) and E[sigma] within 0.3 of 1 (observed 1.17; 1.04); the 90% credible band of f and the predictive band behave; the same seed
     gives the same draws, another seed other draws."""
@@ -436,7 +456,7 @@ def test_friedman_end_to_end_and_determinism():
     X, f = _friedman(300, rng)
     y = f + rng.normal(size=300)
     Xt, ft = _friedman(500, rng)
-    model = bart.BARTRegressor(n_trees=50, num_warmup=300, num_samples=300, num_chains=1, seed=1, progress=False)
+    model = bd.BARTRegressor(n_trees=50, num_warmup=300, num_samples=300, num_chains=1, seed=1, progress=False)
     model.fit(X, y)
     post = model.posterior_
     assert post.leaf_values.shape == (1, 300, 50, 63) and post.trees.is_split.shape == (1, 300, 50, 63)  # depth 5
@@ -476,9 +496,9 @@ def test_friedman_end_to_end_and_determinism():
 
     # same seed => same draws (the compiled program is reused: same config, shapes and 100-sweep blocks)
     short = dict(n_trees=50, num_warmup=0, num_samples=100, num_chains=1, progress=False)
-    a = bart.BARTRegressor(seed=7, **short).fit(X, y).posterior_
-    b = bart.BARTRegressor(seed=7, **short).fit(X, y).posterior_
-    c = bart.BARTRegressor(seed=8, **short).fit(X, y).posterior_
+    a = bd.BARTRegressor(seed=7, **short).fit(X, y).posterior_
+    b = bd.BARTRegressor(seed=7, **short).fit(X, y).posterior_
+    c = bd.BARTRegressor(seed=8, **short).fit(X, y).posterior_
     np.testing.assert_array_equal(a.leaf_values, b.leaf_values)
     np.testing.assert_array_equal(a.stats["sigma"], b.stats["sigma"])
     assert not np.array_equal(a.leaf_values, c.leaf_values)
@@ -508,7 +528,7 @@ def test_classifier_end_to_end():
     params = dict(n_trees=10, num_warmup=200, num_samples=600, num_chains=2, seed=3, progress=False)
     clf = bd.BARTClassifier(**params).fit(X, labels[y])
     post = clf.posterior_
-    assert isinstance(post, bart.BARTClassifierPosterior) and list(clf.classes_) == ["no", "yes"]
+    assert isinstance(post, bd.BARTClassifierPosterior) and list(clf.classes_) == ["no", "yes"]
     assert post.leaf_values.shape[:3] == (2, 600, 10) and clf.n_features_in_ == 4
     proba = clf.predict_proba(Xt)
     assert proba.shape == (500, 2) and np.allclose(proba.sum(1), 1.0)
@@ -606,7 +626,7 @@ def test_bad_inputs_raise_clear_errors(params, fit_args, match):
         X, y = X[:1], y[:1]
     elif fit_args == "1d_X":
         X = X[:, 0]
-    model = bart.BARTRegressor(**params)
+    model = bd.BARTRegressor(**params)
     for name, value in params.items():  # scikit-learn convention: stored unchanged, checked in fit
         assert model.get_params()[name] is value
     with pytest.raises(ValueError, match=match):
@@ -668,7 +688,7 @@ def test_predict_errors():
     from sklearn.exceptions import NotFittedError
 
     with pytest.raises(NotFittedError):
-        bart.BARTRegressor().predict(np.zeros((2, 2)))
+        bd.BARTRegressor().predict(np.zeros((2, 2)))
     with pytest.raises(NotFittedError):
         bd.BARTClassifier().predict_proba(np.zeros((2, 2)))
     with pytest.raises(ValueError, match="outcome must be one of"):

@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bdtree_jax import bart
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
-from bdtree_jax.kernels import cgm, pg
-from bdtree_jax.likelihoods import DirichletMultinomial
-from bdtree_jax.priors import TreePrior, ancestor_bounds, regrow_subtree
+from bdtree_jax.kernels import bart, cgm, pg
+from bdtree_jax.likelihoods import BARTLeafNormal, DirichletMultinomial
+from bdtree_jax.priors import TreePrior, ancestor_bounds, make_tree_data, regrow_subtree
+from bdtree_jax.problem.bart import build_bart_problem
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, leaf_index, leaf_nodes
 
@@ -143,7 +143,7 @@ def _tiny_bart(valid_cuts, n_trees=1, n=6, seed=3, sample_sigma=False, sampler="
     X = rng.uniform(size=(n, 2)).round(3)
     grid = make_split_grid(X)
     prior = TreePrior(max_depth=2, alpha=0.95, beta=1.0, valid_cuts=valid_cuts)
-    lik = bart.BARTLeafNormal(np.float32(1.0), np.float32(1.0))
+    lik = BARTLeafNormal(np.float32(1.0), np.float32(1.0))
     td = make_tree_data(grid.bin(X), np.zeros(n), prior, lik, grid=grid)
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     data = bart.BARTData(td, jnp.zeros(n, jnp.float32), f32(10.0), f32(1.0), f32(1.0), f32(1.0))
@@ -199,7 +199,7 @@ def test_batched_sweep_is_the_tree_by_tree_chain(valid_cuts):
     rng = np.random.default_rng(1)
     X = rng.uniform(size=(60, 3))
     y = np.sin(4 * X[:, 0]) + X[:, 1] + 0.3 * rng.normal(size=60)
-    data, _ = bart.build_model(X, y, n_trees=8, max_depth=4, valid_cuts=valid_cuts)
+    data = build_bart_problem(X, y, n_trees=8, max_depth=4, valid_cuts=valid_cuts).data
     config = bart.BARTConfig(8, 4, "grow-prune")
 
     @jax.jit
@@ -245,8 +245,8 @@ def test_bad_valid_cuts_raises():
     with pytest.raises(ValueError, match="valid_cuts must be one of"):
         TreePrior(valid_cuts="rows")
     with pytest.raises(ValueError, match="min_leaf_size=7 exceeds the 6 training rows"):
-        bart.build_model(np.arange(12.0).reshape(6, 2), np.arange(6.0), n_trees=2, min_leaf_size=7,
-                         valid_cuts="ancestors")
+        build_bart_problem(np.arange(12.0).reshape(6, 2), np.arange(6.0), n_trees=2, min_leaf_size=7,
+                           valid_cuts="ancestors")
 
 
 @pytest.mark.slow

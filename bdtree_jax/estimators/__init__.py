@@ -7,6 +7,7 @@ They follow scikit-learn's conventions: ``__init__`` only stores keyword paramet
 posterior draws.
 """
 
+from .bart import BARTClassifier, BARTRegressor
 from .tree import BayesianTreeClassifier, BayesianTreeRegressor
 
-__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor"]
+__all__ = ["BARTClassifier", "BARTRegressor", "BayesianTreeClassifier", "BayesianTreeRegressor"]

@@ -1,8 +1,9 @@
 """The posterior layer: draws plus diagnostics, prediction, ArviZ export and files, for every
 method (hard trees, soft trees, BART)."""
 
+from .bart import BARTClassifierPosterior, BARTPosterior, bart_posterior_from_traces
 from .hard import PCFGPosterior, Posterior, SMCPosterior, posterior_from_traces
 from .soft import SoftTreePosterior, soft_posterior_from_traces
 
-__all__ = ["PCFGPosterior", "Posterior", "SMCPosterior", "SoftTreePosterior", "posterior_from_traces",
-           "soft_posterior_from_traces"]
+__all__ = ["BARTClassifierPosterior", "BARTPosterior", "PCFGPosterior", "Posterior", "SMCPosterior",
+           "SoftTreePosterior", "bart_posterior_from_traces", "posterior_from_traces", "soft_posterior_from_traces"]

@@ -1,0 +1,295 @@
+"""scikit-learn estimators of BART (the face layer): :class:`BARTRegressor` (a real response)
+and :class:`BARTClassifier` (probit, two classes).
+
+``fit`` checks the parameters, builds the problem once (:mod:`bdtree_jax.problem.bart`: ``X`` and
+``y`` validated, ``X`` binned, the prior calibrated), runs the backfitting kernel
+(:mod:`bdtree_jax.kernels.bart`) through :func:`bdtree_jax.driver.run_chains` and keeps the draws
+as ``posterior_`` (:mod:`bdtree_jax.posterior.bart`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
+from ..driver import plan_chains, run_chains
+from ..kernels import cgm
+from ..kernels.bart import MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
+from ..posterior.bart import bart_posterior_from_traces
+from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
+from ._checks import _FeatureChecks
+
+__all__ = ["BARTClassifier", "BARTRegressor"]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+class _BARTEstimator(_FeatureChecks, BaseEstimator):
+    """What the BART estimators share: parameter checks, the problem's options, the run and the
+    variable importances."""
+
+    def _store(self, params: dict) -> None:
+        """``__init__``'s arguments kept unchanged as attributes (scikit-learn's convention)."""
+        for name, value in params.items():
+            if name != "self":
+                setattr(self, name, value)
+
+    def _extra_reals(self) -> tuple:
+        """``(attribute, ok, what)`` checks of the subclass's real parameters."""
+        return ()
+
+    def _check_params(self) -> None:
+        name = type(self).__name__
+        ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
+                ("num_particles", 1))
+        for attr, low in ints:
+            v = getattr(self, attr)
+            if not _is_int(v) or v < low:
+                raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
+        if not _is_int(self.seed):
+            raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
+        if self.max_depth > MAX_DEPTH:
+            raise ValueError(f"{name}: max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
+        if self.tree_sampler not in TREE_SAMPLERS:
+            raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
+        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
+            raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
+        check_max_cuts(self.max_cuts, where=f"{name}: ")
+        if not isinstance(self.valid_cuts, str) or self.valid_cuts not in VALID_CUTS:
+            raise ValueError(f"{name}: valid_cuts must be one of {VALID_CUTS}; got {self.valid_cuts!r}.")
+
+        def real(attr, ok, what):
+            v = getattr(self, attr)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
+                    or not ok(float(v)):
+                raise ValueError(f"{name}: {attr} must be {what}; got {v!r}.")
+
+        real("alpha", lambda v: 0 < v < 1, "in (0, 1)")
+        real("beta", lambda v: v >= 0, ">= 0")
+        real("k", lambda v: v > 0, "> 0")
+        for check in self._extra_reals():
+            real(*check)
+
+    def _problem_options(self) -> dict:
+        """The options both problem builders take, from the (checked) parameters."""
+        return dict(n_trees=int(self.n_trees), max_depth=int(self.max_depth), alpha=float(self.alpha),
+                    beta=float(self.beta), k=float(self.k), split_prior=self.split_prior, max_cuts=self.max_cuts,
+                    valid_cuts=self.valid_cuts, estimator=type(self).__name__)
+
+    def _run(self, problem: BARTProblem, fingerprint: tuple):
+        """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
+        the run's checkpoint together with the kernel's configuration."""
+        plan = plan_chains(int(self.num_chains))
+        dtypes = cgm.CGMConfig.from_prior(problem.prior, n_features=problem.n_features,
+                                          n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
+        config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
+                            num_particles=int(self.num_particles), trace_dtypes=dtypes,
+                            incremental=plan.chain_method == "sequential", outcome=problem.outcome)
+        num_warmup, num_samples = int(self.num_warmup), int(self.num_samples)
+        t0 = time.perf_counter()
+        traces, _ = run_chains(
+            bart(config), problem.data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            num_iterations=num_warmup + num_samples, block_size=min(100, num_warmup + num_samples),
+            progress=self.progress, checkpoint=self.checkpoint,
+            fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
+        )
+        seconds = time.perf_counter() - t0
+        info = dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
+                    seconds_per_sweep=seconds / (num_warmup + num_samples))
+        self.posterior_ = bart_posterior_from_traces(traces, problem, config, num_warmup, info)
+        self._record_features(problem.n_features, problem.feature_names)
+        return self
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """(F,) posterior mean variable-inclusion proportions (fraction of split rules on each
+        feature; :meth:`~bdtree_jax.posterior.BARTPosterior.variable_inclusion`).  Per feature
+        name and with spread: ``posterior_.variable_inclusion_summary()``."""
+        check_is_fitted(self, "posterior_")
+        return self.posterior_.variable_inclusion(mean=True)
+
+
+class BARTRegressor(RegressorMixin, _BARTEstimator):
+    """Bayesian additive regression trees (Chipman, George & McCulloch 2010).
+
+    ``y = sum of n_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
+    tree and sweep by ``tree_sampler`` (:mod:`bdtree_jax.kernels.bart`).
+
+    Parameters
+    ----------
+    n_trees : int, default 200
+    tree_sampler : {"grow-prune", "cgm", "pg"}, default "grow-prune"
+        One Metropolis–Hastings grow/prune proposal per tree, one CGM98 grow/prune/change/swap
+        proposal, or one Particle Gibbs sweep (``num_particles``; Lakshminarayanan et al. 2015).
+    num_warmup, num_samples, num_chains : int, default 250, 500, 2
+        Sweeps discarded and kept per chain, independent chains.  Memory of the kept trees:
+        about ``n_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (101 KB at the defaults).
+    seed : int, default 0
+    max_depth : int, default 5
+        Truncation of the tree prior (a node at this depth is a leaf; 5 is bartz's default, whose
+        ``maxdepth=6`` counts levels; with ``beta = 2`` a node at depth 5 splits with prior
+        probability 0.026).
+    alpha, beta : float, default 0.95, 2.0
+        Split probability ``alpha (1 + depth)**-beta``.
+    k : float, default 2.0
+        Leaf prior sd ``0.5 / (k sqrt(n_trees))`` on ``y`` rescaled to [-0.5, 0.5].
+    nu, q : float, default 3.0, 0.9
+        ``sigma2 ~ nu lam / chi2_nu`` with ``P(sigma < sigma_hat) = q``, ``sigma_hat`` the residual
+        sd of a linear regression of ``y`` on ``X``.
+    num_particles : int, default 10
+        Particles of ``tree_sampler="pg"``.
+    split_prior : {"uniform", "range"}, default "uniform"
+        The tree prior's choice of a cut (:mod:`bdtree_jax.priors`).
+    max_cuts : int or None, default 255
+        Candidate cuts per feature: a feature with more distinct values keeps this many cuts at
+        quantiles of its distinct values (bartz's default grid; R BART's ``usequants``), None
+        keeps every midpoint (:func:`~bdtree_jax.data.make_split_grid`).  The grid is part of the
+        prior (the rules a tree can have), and fewer cuts make the per-feature tables smaller.
+    valid_cuts : {"ancestors", "data"}, default "ancestors"
+        Where a node's available cuts come from (:mod:`bdtree_jax.priors`): the range its
+        ancestors' rules leave on each feature ("ancestors", the BART prior as BayesTree, the BART
+        package and bartz implement it; a tree with an empty leaf has prior 0), or the cuts that
+        split the node's training rows ("data", CGM98's, the single-tree samplers' default).
+        "ancestors" lets a sweep propose without reading the rows (faster).
+    checkpoint : str or None
+        Checkpoint file; an interrupted fit resumes from it.
+    progress : bool or None
+        Progress bar (None: when stderr is a terminal).
+
+    Attributes
+    ----------
+    posterior_ : BARTPosterior
+    feature_importances_ : (F,) posterior mean variable-inclusion proportions.
+    n_features_in_ : int
+    feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        n_trees: int = 200,
+        tree_sampler: str = "grow-prune",
+        *,
+        num_warmup: int = 250,
+        num_samples: int = 500,
+        num_chains: int = 2,
+        seed: int = 0,
+        max_depth: int = 5,
+        alpha: float = 0.95,
+        beta: float = 2.0,
+        k: float = 2.0,
+        nu: float = 3.0,
+        q: float = 0.9,
+        num_particles: int = 10,
+        split_prior: str = "uniform",
+        max_cuts: int | None = MAX_CUTS,
+        valid_cuts: str = "ancestors",
+        checkpoint: str | None = None,
+        progress: bool | None = None,
+    ):
+        self._store(locals())
+
+    def _extra_reals(self) -> tuple:
+        return (("nu", lambda v: v > 0, "> 0"), ("q", lambda v: 0 < v < 1, "in (0, 1)"))
+
+    def fit(self, X, y):
+        """Sample the posterior given training data; returns self."""
+        self._check_params()
+        problem = build_bart_problem(X, y, nu=float(self.nu), q=float(self.q), **self._problem_options())
+        return self._run(problem, ("bart", problem.prior, self.k, self.nu, self.q, self.max_cuts))
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) posterior mean of the regression function."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict(X)
+
+    def predict_interval(self, X, prob: float = 0.9, predictive: bool = False):
+        """``(lower, upper)`` equal-tailed credible interval of the regression function, or with
+        ``predictive=True`` a prediction interval for a new response (noise included)."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_interval(X, prob=prob, predictive=predictive, seed=int(self.seed))
+
+
+class BARTClassifier(ClassifierMixin, _BARTEstimator):
+    """Binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's ``outcome_type="binary"``).
+
+    ``P(y = classes_[1] | x) = Phi(offset + sum of n_trees trees)``, sampled with Albert–Chib
+    latents: every sweep draws ``z_i ~ N(f(x_i), 1)`` truncated to the side of 0 given by ``y_i``,
+    then backfits the trees on ``z - offset`` as :class:`BARTRegressor` does with ``sigma = 1``
+    (:mod:`bdtree_jax.kernels.bart`).
+
+    Parameters
+    ----------
+    n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
+    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress
+        As :class:`BARTRegressor`.
+    k : float, default 2.0
+        Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
+        binary default: the sum of trees has prior sd ``3 / k``).
+    offset : float or None, default None
+        Latent mean at which the trees start; None: ``Phi^-1(mean(y == classes_[1]))`` (bartz's
+        and BayesTree's default), so the prior of ``P(y = 1 | x)`` is centred at the base rate.
+
+    Attributes
+    ----------
+    classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
+    posterior_ : BARTClassifierPosterior
+    feature_importances_ : (F,) posterior mean variable-inclusion proportions.
+    n_features_in_ : int
+    feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        n_trees: int = 200,
+        tree_sampler: str = "grow-prune",
+        *,
+        num_warmup: int = 250,
+        num_samples: int = 500,
+        num_chains: int = 2,
+        seed: int = 0,
+        max_depth: int = 5,
+        alpha: float = 0.95,
+        beta: float = 2.0,
+        k: float = 2.0,
+        offset: float | None = None,
+        num_particles: int = 10,
+        split_prior: str = "uniform",
+        max_cuts: int | None = MAX_CUTS,
+        valid_cuts: str = "ancestors",
+        checkpoint: str | None = None,
+        progress: bool | None = None,
+    ):
+        self._store(locals())
+
+    def _extra_reals(self) -> tuple:
+        return () if self.offset is None else (("offset", lambda v: True, "None or a finite number"),)
+
+    def fit(self, X, y):
+        """Sample the posterior given training data (two classes); returns self."""
+        self._check_params()
+        offset = None if self.offset is None else float(self.offset)
+        problem = build_bart_probit_problem(X, y, offset=offset, **self._problem_options())
+        self.classes_ = problem.classes
+        return self._run(problem, ("bart-probit", problem.prior, self.k, problem.y_offset, self.max_cuts))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) posterior mean class probabilities, columns in the order of ``classes_``."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_proba(X)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) the class of highest posterior mean probability."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict(X)
+
+    def predict_interval(self, X, prob: float = 0.9):
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``."""
+        X = self._check_predict_X(X)
+        return self.posterior_.predict_interval(X, prob=prob)

@@ -1,0 +1,622 @@
+"""BART: Bayesian additive regression trees by Bayesian backfitting on padded trees.
+
+Model (Chipman, George & McCulloch 2010, "BART")::
+
+    y_i = sum_{m=1..M} g(x_i; T_m, mu_m) + eps_i,     eps_i ~ N(0, sigma2)
+
+on ``y`` rescaled to ``[-0.5, 0.5]`` by its min and max.  Every tree has the tree prior of
+:mod:`bdtree_jax.priors` (``alpha (1 + d)**-beta``, BART's ``alpha = 0.95, beta = 2``) truncated
+at ``max_depth`` (5 by default, bartz's: a node there is a leaf; with ``beta = 2`` the cap rarely
+binds, and the trace records how often it does), with BART's rule availability by default
+(``valid_cuts="ancestors"``: a node's cuts are those its ancestors' rules leave, no tree has an
+empty leaf; ``"data"``: CGM98's cuts that split the node's rows), leaf values ``mu ~ N(0, tau2)``
+with ``tau = 0.5 / (k sqrt(M))``, and ``sigma2 ~ nu lam / chi2_nu`` with ``lam`` such that
+``P(sigma < sigma_hat) = q``, ``sigma_hat`` the residual sd of a linear regression of (rescaled)
+``y`` on ``X`` (``sd(y)`` if there are too few rows).
+
+One iteration (a *sweep*) is Bayesian backfitting, the trees updated in a fixed order:
+
+1. partial residual ``R = y - (fit - fit_m)``;
+2. one update of ``T_m`` on ``R`` with its leaf values integrated out
+   (:class:`~bdtree_jax.likelihoods.BARTLeafNormal` with the current ``sigma2``), by the sampler
+   named by ``tree_sampler``:
+
+   * ``"grow-prune"``: one CGM98 Metropolis–Hastings proposal with moves (grow, prune) = (½, ½)
+     (:mod:`bdtree_jax.kernels.cgm`, ``move_probs=(0.5, 0.5, 0, 0)``);
+   * ``"cgm"``: one proposal among grow / prune / change / swap (0.25, 0.25, 0.4, 0.1);
+   * ``"pg"``: one conditional-SMC sweep with the current tree as the reference
+     (:mod:`bdtree_jax.kernels.pg`, ``num_particles`` particles, prior proposal);
+
+3. the leaf values from their conjugate normal posterior; the fit is updated;
+
+and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
+``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.
+
+``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): everything about a
+tree's proposal that does not depend on the residual (move, node, rule, new bounds, prior and
+proposal terms, the rows' leaves) is computed for all trees at once, vectorized, and a lean
+sequential ``lax.scan`` does the rest; tree ``m``'s proposal reads only tree ``m``, which no
+earlier update of the sweep touches, so this is the same chain as proposing tree by tree (tested).
+``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the unchanged single-tree kernels
+on a :class:`~bdtree_jax.kernels._moves.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
+``point_stats`` and ``likelihood`` are swapped in.  Every shape is fixed (``M`` trees of
+``2**(max_depth+1) - 1`` heap slots), so one run compiles once whatever the trees.
+
+Binary outcomes (``BARTConfig(outcome="binary")``, :class:`~bdtree_jax.estimators.BARTClassifier`): probit BART with
+Albert & Chib (1993) latents, as Chipman et al. (2010, §4.2) and bartz's ``outcome_type="binary"``::
+
+    P(y_i = 1) = Phi(offset + sum_m g(x_i; T_m, mu_m)),  i.e.  z_i ~ N(offset + f(x_i), 1),  y_i = 1{z_i > 0}
+
+``sigma = 1`` is fixed, ``offset = Phi^-1(mean(y))`` (bartz's choice; the trees then model the
+departure from the base rate, and the leaf prior is centred at 0 as for regression), leaf values
+``mu ~ N(0, tau2)`` with ``tau = 3 / (k sqrt(M))`` (Chipman 2010's binary default, ``k = 2``: the
+sum of trees has prior sd 1.5 on the probit scale).  ``BARTData.y`` holds the 0/1 labels.  A
+sweep first draws every latent from its truncated normal conditional (``z_i > 0`` when ``y_i = 1``,
+``z_i < 0`` when ``y_i = 0``; :func:`draw_latents`), then backfits all trees on the latent
+residual ``z - offset`` exactly as above (the same scan, ``sigma2 = 1``), and draws no ``sigma``.
+The latents are not kept: given the trees they are redrawn from their full conditional, so the
+sweep is a Gibbs sampler of ``p(trees, leaves, z | y)`` whose marginal in the trees is the target.
+
+State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
+(its rows' leaves, valid-cut bounds, log-prior and every node's row count are kept; the residual
+statistics and log-likelihood are recomputed when the tree is visited, only as far as the tree
+sampler reads them), ``leaf_values (M, N)`` (0 off the leaves), the total fit at the training
+rows ``(n,)`` (updated tree by tree and recomputed exactly from the trees every
+:data:`FIT_REFRESH` sweeps, so float32 round-off does not accumulate), ``sigma2 ()``, the sweep
+count and every node's splittability.
+
+Trace per iteration (:func:`trace`): ``sigma``, ``train_rmse`` and ``train_log_lik`` (the normal
+log-likelihood of the training ``y``; original ``y`` units) -- for binary outcomes instead
+``train_accuracy``, ``train_log_lik`` (Bernoulli, ``sum log Phi(+-f)``), ``fit_mean`` and ``fit_sd``
+(mean and sd over the training rows of the latent ``f = offset + sum of trees``) --, mean
+leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
+trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
+``(M, N)``) and ``leaf_values (M, N)`` float32, needed to predict at new inputs.  That is
+``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 101 KB
+for ``M = 200, max_depth = 5`` (1000 draws of 4 chains: 0.4 GB).  The driver records warm-up
+iterations too (dropped after the run).  ``BARTConfig(record_trees=False)`` keeps only the scalars.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import log_ndtr, ndtr, ndtri
+
+from .._types import Array, PRNGKey
+from ..data import TreeData
+from ..likelihoods import BARTLeafNormal
+from ..priors import node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
+from ..problem.bart import BARTData
+from ..tree import Tree, leaf_nodes, n_nodes, tree_summaries
+from . import cgm, pg
+from ._moves import CGMState, mh_log_ratio, score
+from .base import SamplingAlgorithm
+
+__all__ = [
+    "TREE_SAMPLERS", "OUTCOMES", "MAX_DEPTH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
+    "bart", "draw", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step", "step_with_draws",
+    "trace",
+]
+
+TREE_SAMPLERS = ("grow-prune", "cgm", "pg")
+OUTCOMES = ("continuous", "binary")
+GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
+#: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
+#: by tree, a float32 round-off of ~1e-7 of the residual per update).
+FIT_REFRESH = 16
+#: Deepest tree BART pads (the rows' leaves are kept as int16 heap slots).
+MAX_DEPTH = 14
+CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
+
+
+@dataclass(frozen=True)
+class BARTConfig:
+    """Static configuration of the backfitting sweep (numbers that do not change the program --
+    ``alpha``, ``beta``, ``tau2``, ``nu``, ``lam`` -- travel in :class:`BARTData`).
+
+    Attributes
+    ----------
+    n_trees : M.
+    max_depth, min_leaf_size : the tree prior's structure.
+    tree_sampler : "grow-prune", "cgm" or "pg" (module docstring).
+    num_particles : particles of "pg" (the reference included).
+    sample_sigma : draw ``sigma2`` every sweep (False: keep ``BARTData.sigma2_init``; for tests).
+    trace_dtypes : integer types of the recorded trees' ``feature`` and ``cut``.
+    incremental : CGM re-scores only what a move touches (best for sequential chains, CPU).
+    record_trees : put the trees and leaf values in the per-iteration trace.
+    outcome : "continuous" (normal noise, ``sigma`` drawn) or "binary" (probit with latents,
+        ``sigma = 1``; ``sample_sigma`` is then ignored).
+    """
+
+    n_trees: int
+    max_depth: int = 5
+    tree_sampler: str = "grow-prune"
+    min_leaf_size: int = 1
+    num_particles: int = 10
+    sample_sigma: bool = True
+    trace_dtypes: tuple = ("int32", "int32")
+    incremental: bool = True
+    record_trees: bool = True
+    outcome: str = "continuous"
+
+    def __post_init__(self):
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}; got {self.outcome!r}.")
+        if self.tree_sampler not in TREE_SAMPLERS:
+            raise ValueError(f"tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
+        if not _is_int(self.n_trees) or self.n_trees < 1:
+            raise ValueError(f"n_trees must be an integer >= 1; got {self.n_trees!r}.")
+        if not _is_int(self.max_depth) or not 1 <= self.max_depth <= MAX_DEPTH:
+            raise ValueError(f"max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
+        if not _is_int(self.num_particles) or self.num_particles < 1:
+            raise ValueError(f"num_particles must be an integer >= 1; got {self.num_particles!r}.")
+
+    @property
+    def binary(self) -> bool:
+        return self.outcome == "binary"
+
+    @property
+    def draws_sigma(self) -> bool:
+        """Whether a sweep draws ``sigma2`` (continuous outcome with ``sample_sigma``)."""
+        return self.sample_sigma and not self.binary
+
+    @property
+    def cgm(self) -> cgm.CGMConfig:
+        moves = GROW_PRUNE_MOVES if self.tree_sampler == "grow-prune" else CGM_MOVES
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, moves, tuple(self.trace_dtypes), self.incremental)
+
+    @property
+    def pg(self) -> pg.PGConfig:
+        return pg.PGConfig(self.max_depth, self.min_leaf_size, int(self.num_particles), "prior",
+                           trace_dtypes=tuple(self.trace_dtypes))
+
+
+class BARTState(NamedTuple):
+    """One chain: ``trees`` CGMState with leading axis M (``trees.stats[..., 0]`` holds every
+    node's row count, kept by every sweep; its other columns are scratch); ``leaf_values`` (M, N)
+    float32 (0 off the leaves); ``fit`` (n,) sum of the trees at the training rows, updated tree by
+    tree and recomputed from the trees every :data:`FIT_REFRESH` sweeps (float32 round-off does not
+    accumulate); ``sigma2`` (); ``sweeps`` () int32 sweeps done; ``can_split`` (M, N) bool every
+    node's :func:`~bdtree_jax.priors.splittable` (kept so a sweep's proposals need not re-read the
+    (M, N, F) bounds)."""
+
+    trees: CGMState
+    leaf_values: Array
+    fit: Array
+    sigma2: Array
+    sweeps: Array = np.int32(0)
+    can_split: Array | None = None
+
+
+class BARTInfo(NamedTuple):
+    """Per sweep (after it): ``accepted`` (M,) bool tree changed; ``sigma`` () and ``train_rmse`` ()
+    in the original units of ``y``; ``train_log_lik`` () log-likelihood of the training response
+    given the draw (normal in ``y``'s units, or Bernoulli-probit); binary outcome only (NaN
+    otherwise): ``train_accuracy``, ``fit_mean``, ``fit_sd`` of the latent ``offset + fit`` (and
+    then ``sigma = 1``, ``train_rmse`` the root of the Brier score)."""
+
+    accepted: Array
+    sigma: Array
+    train_rmse: Array
+    train_log_lik: Array
+    train_accuracy: Array
+    fit_mean: Array
+    fit_sd: Array
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _residual_data(data: BARTData, residual: Array, sigma2: Array) -> TreeData:
+    """The TreeData of one tree update: rows ``[1, r, r**2]`` of the residual and the leaf model
+    with the current ``sigma2``."""
+    point_stats = jnp.stack([jnp.ones_like(residual), residual, residual * residual], axis=1)
+    return data.tree_data._replace(point_stats=point_stats.astype(jnp.float32), likelihood=_leaf_model(data, sigma2))
+
+
+def _leaf_model(data: BARTData, sigma2: Array) -> BARTLeafNormal:
+    """The leaves' model in a tree update: the data's ``tau2`` with the current ``sigma2``."""
+    return BARTLeafNormal(sigma2, data.tree_data.likelihood.tau2)
+
+
+def _tree_fits(state: BARTState) -> Array:
+    """(M, n) every tree's leaf value at every training row."""
+    return jax.vmap(lambda values, leaf: values[leaf])(state.leaf_values, state.trees.leaf_id)
+
+
+def _draw_sigma2(key: PRNGKey, residual: Array, nu: Array, lam: Array) -> Array:
+    """``sigma2 | rest ~ IG((nu + n)/2, (nu lam + sum r**2)/2)``."""
+    shape = 0.5 * (nu + residual.shape[0])
+    rate = 0.5 * (nu * lam + jnp.sum(residual * residual))
+    return (rate / jax.random.gamma(key, shape)).astype(jnp.float32)
+
+
+def draw_latents(key: PRNGKey, mean: Array, y: Array) -> Array:
+    """Albert–Chib latents: ``z_i ~ N(mean_i, 1)`` truncated to ``z_i > 0`` where ``y_i = 1`` and
+    to ``z_i < 0`` where ``y_i = 0`` (shape of ``mean``).
+
+    By inversion on the side that keeps precision: with ``s = 2y - 1`` and ``u ~ U(0, 1)``,
+    ``z = mean - s Phi^-1(u Phi(s mean))`` (``Phi^-1(u Phi(a))`` is a standard normal truncated to
+    ``(-inf, a)``; the product is formed in the lower tail, so a latent far on the wrong side of 0,
+    ``Phi(s mean) ~ 1e-9``, is still drawn accurately in float32).  ``u`` is the midpoint of one
+    of 2**23 equal cells, in ``[2**-24, 1 - 2**-24]``: never 0 or 1, so ``z`` is finite and on its
+    side of 0."""
+    s = 2.0 * y.astype(jnp.float32) - 1.0
+    u = jax.random.uniform(key, jnp.shape(mean), jnp.float32) + jnp.float32(2.0**-24)
+    p = jnp.maximum(u * ndtr(s * mean), jnp.finfo(jnp.float32).tiny)
+    return (mean - s * ndtri(p)).astype(jnp.float32)
+
+
+def _update_tree(key, uniforms, state: CGMState, data: TreeData, config: BARTConfig):
+    """One update of one tree by the configured sampler; returns (state, changed)."""
+    if config.tree_sampler == "pg":
+        new, info = pg.step(key, state, data, config.pg)
+    else:
+        new, info = cgm.step_with_uniforms(uniforms, state, data, config.cgm)
+    return new, info.accepted
+
+
+def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
+    """Every tree a stump with leaf value 0, ``sigma2 = sigma2_init``.  ``key`` is unused."""
+    del key
+    stump = _narrow_ids(cgm.init(None, data.tree_data, config.cgm))
+    M = config.n_trees
+    trees = jax.tree.map(lambda a: jnp.broadcast_to(a, (M,) + jnp.shape(a)), stump)
+    n = data.y.shape[0]
+    N = n_nodes(config.max_depth)
+    return BARTState(trees, jnp.zeros((M, N), jnp.float32), jnp.zeros((n,), jnp.float32),
+                     jnp.asarray(data.sigma2_init, jnp.float32), jnp.int32(0), _can_split(trees, data))
+
+
+def _narrow_ids(trees: CGMState) -> CGMState:
+    """The rows' leaves as int16 (heap slots fit for ``max_depth <= 14``): the (M, n) array a
+    sweep reads and writes several times."""
+    return trees._replace(leaf_id=trees.leaf_id.astype(jnp.int16))
+
+
+def _can_split(trees: CGMState, data: BARTData) -> Array:
+    """(M, N) bool :func:`~bdtree_jax.priors.splittable` of every tree's nodes."""
+    return splittable(trees.lo, trees.hi, data.tree_data.split_prob)
+
+
+class SweepDraws(NamedTuple):
+    """The randomness of one sweep (:func:`draw`): ``uniforms`` (M, 5) per tree (move, node,
+    feature, cut, accept), ``normals`` (M, N) the leaf values' standard normals, ``tree_keys`` (M,)
+    PRNG keys (Particle Gibbs), ``key`` for ``sigma2`` or the probit latents."""
+
+    uniforms: Array
+    normals: Array
+    tree_keys: Array
+    key: Array
+
+
+def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
+    """The randomness of one sweep.  The driver draws it for a whole block of sweeps in one
+    vectorized call (:class:`~bdtree_jax.kernels.base.SamplingAlgorithm`), outside the loop."""
+    M = config.n_trees
+    N = n_nodes(config.max_depth)
+    k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
+    tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" else jnp.zeros((M,), jnp.uint32)
+    return SweepDraws(jax.random.uniform(k_moves, (M, 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
+
+
+def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:
+    """One backfitting sweep over the trees, then ``sigma2`` (module docstring).  Binary outcome:
+    the latents first (with the key a continuous sweep spends on ``sigma2``), no ``sigma2``."""
+    return step_with_draws(draw(key, config), state, data, config)
+
+
+def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
+                    config: BARTConfig) -> tuple[BARTState, BARTInfo]:
+    """:func:`step` given its :func:`draw`."""
+    uniforms, normals, tree_keys, k_sigma = draws
+    sigma2 = state.sigma2
+    # the fit as carried, or every FIT_REFRESH sweeps exactly from the trees (bounded round-off)
+    total = jax.lax.cond(state.sweeps % FIT_REFRESH == 0, lambda: _tree_fits(state).sum(0), lambda: state.fit)
+    sweeps = state.sweeps + 1
+    if config.binary:  # the trees' target: latent minus offset
+        target = draw_latents(k_sigma, data.offset + total, data.y) - data.offset
+    else:
+        target = data.y
+
+    if config.tree_sampler == "grow-prune":
+        total, values, changed, trees, can_split = _grow_prune_sweep(state, data, target, total, sigma2, uniforms,
+                                                                     normals, config)
+    else:
+        total, values, changed, trees = _kernel_sweep(state, data, target, total, sigma2, uniforms, normals,
+                                                      tree_keys, config)
+        can_split = _can_split(trees, data)
+    if config.binary:
+        f = data.offset + total
+        y = data.y
+        log_lik = jnp.sum(log_ndtr((2.0 * y - 1.0) * f))
+        info = BARTInfo(changed, jnp.sqrt(sigma2), jnp.sqrt(jnp.mean((y - ndtr(f)) ** 2)), log_lik,
+                        jnp.mean(((f > 0) == (y > 0.5)).astype(jnp.float32)), jnp.mean(f), jnp.std(f))
+        return BARTState(trees, values, total, sigma2, sweeps, can_split), info
+    residual = data.y - total
+    if config.draws_sigma:
+        sigma2 = _draw_sigma2(k_sigma, residual, data.nu, data.lam)
+    n = residual.shape[0]
+    log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2)
+               - n * jnp.log(data.y_scale))  # density of y in its original units
+    nan = jnp.float32(jnp.nan)
+    info = BARTInfo(changed, jnp.sqrt(sigma2) * data.y_scale, jnp.sqrt(jnp.mean(residual**2)) * data.y_scale,
+                    log_lik, nan, nan, nan)
+    return BARTState(trees, values, total, sigma2, sweeps, can_split), info
+
+
+def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals, tree_keys,
+                  config: BARTConfig):
+    """Backfitting with the single-tree kernel (``"cgm"``, ``"pg"``): a ``lax.scan`` over the
+    trees, each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``.
+
+    The per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
+    partial residual at every visit, only as far as the sampler reads them (CGM's local moves
+    re-score by differences from the node statistics, its whole-tree re-score needs the total
+    log-likelihood too; PG rebuilds its particles from the stump and needs neither), so none are
+    kept between sweeps."""
+    N = n_nodes(config.max_depth)
+    needs_stats = config.tree_sampler != "pg"
+    needs_log_lik = config.tree_sampler == "cgm"
+    trees = state.trees
+    stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
+
+    def body(total, xs):
+        (tree, leaf_id, _, lo, hi, log_prior), values, u, z, k = xs
+        old = values[leaf_id]
+        residual = target - (total - old)
+        data_m = _residual_data(data, residual, sigma2)
+        # re-score on the residual: the rows' leaves and valid-cut bounds do not change, nor does
+        # the tree's prior
+        stats = subtree_sums(data_m.point_stats, leaf_id, N) if needs_stats else stale_stats
+        log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree)) if needs_log_lik else jnp.float32(0.0)
+        tree_state = CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.float32(1.0))
+        new, changed = _update_tree(k, u, tree_state, data_m, config)
+        mean, sd = data_m.likelihood.leaf_posterior(new.stats)
+        values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
+        structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.stats, new.lo, new.hi, new.log_prior)
+        return total - old + values[new.leaf_id], (structure, values, changed)
+
+    structure = (trees.tree, trees.leaf_id, trees.stats, trees.lo, trees.hi, trees.log_prior)
+    total, (structure, values, changed) = jax.lax.scan(body, total, (structure, state.leaf_values, uniforms, normals,
+                                                                     tree_keys))
+    tree, leaf_id, stats, lo, hi, log_prior = structure
+    return total, values, changed, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi,
+                                                  log_prior=log_prior)
+
+
+def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals,
+                      config: BARTConfig):
+    """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
+
+    Everything about a tree's proposal that does not depend on the residual is computed for all
+    trees at once before the sweep: the move, node and rule, the new children's bounds, prior and
+    proposal terms (:class:`~bdtree_jax.kernels.cgm.LocalProposal`), the rows' leaves in the finer
+    of the two trees (the proposed one for a grow, the current one for a prune), its leaves' row
+    counts and, with ``sigma2`` fixed during the sweep, the count-only parts of the split gain
+    and of the leaf posteriors (mean factor ``1 / (sigma2 precision)``, draw ``sd z``).  The
+    sequential ``lax.scan`` over the trees carries the residual ``target - fit`` and does only
+    what needs it: one ``segment_sum`` of the residual over the finer tree's leaves (plus the
+    tree's own old values times the counts: the partial residual's sums), the split gain from the
+    two children's sums, the accept step, the new leaf values, and one gather to update the
+    residual.  The accepted moves are then written into the trees, vectorized again.  This is
+    the same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads
+    only tree ``m``, which no earlier update of the sweep touches.  Returns ``(total,
+    leaf_values, changed, trees)``."""
+    N = n_nodes(config.max_depth)
+    xs, aux = _grow_prune_prepare(state, data, sigma2, uniforms, normals, config)
+
+    def body(resid, xs):
+        fine, slots, old, count, factor, z, node, splits, possible, a_gain, bb, other, lu, node_factor, node_z = xs
+        sums = sum_by_lane(resid, slots, N) + count * old  # the partial residual's
+        kids = jax.lax.dynamic_slice(sums, (jnp.minimum(2 * node + 1, N - 2),), (2,))
+        s_node = kids[0] + kids[1]
+        gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
+        accepted = possible & (lu < mh_log_ratio(jnp.where(splits, gain, -gain), 0.0, other))
+        coarse = accepted != splits  # the tree after the step is the coarser one: both children
+        is_kid = ((jnp.arange(N) - (2 * node + 1)) >> 1) == 0  # carry the node's value
+        new = jnp.where(is_kid & coarse, s_node * node_factor + node_z, sums * factor + z)
+        # one output row (values, accepted): one write per tree
+        return resid + (old - new)[fine], jnp.append(new, accepted.astype(new.dtype))
+
+    resid, out = jax.lax.scan(body, target - total, xs)
+    new, changed = out[:, :N], out[:, N] > 0
+    values, trees, can_split = _grow_prune_finish(state, aux, new, changed)
+    return target - resid, values, changed, trees, can_split
+
+
+def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, normals, config: BARTConfig):
+    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal and the
+    residual-free terms of its sequential update.  Returns the scan's per-tree inputs and what
+    :func:`_grow_prune_finish` needs."""
+    N = n_nodes(config.max_depth)
+    trees = state.trees
+    td = data.tree_data
+    props = jax.vmap(lambda u, t, c: cgm.propose(u, t, td, config.cgm, c))(uniforms, trees, state.can_split)
+    node, splits = props.node, props.splits
+    left_child = 2 * node + 1
+    fine_id = jnp.where(props.in_node & splits[:, None],
+                        jnp.where(props.goes_left, left_child[:, None], left_child[:, None] + 1), trees.leaf_id)
+    # materialised once: everything below reads the rows through it (else XLA recomputes the
+    # rows' rule test inside every consumer)
+    fine_id = jax.lax.optimization_barrier(fine_id.astype(jnp.int16))
+    slot = jnp.arange(N)
+    is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
+    at_node = slot == node[:, None]
+    # rows per node of the finer tree: the kept counts (``trees.stats[..., 0]``) with its two
+    # children: a grow's new ones (counted by the proposal under valid_cuts="ancestors", else
+    # from the rows), a prune's current ones
+    if props.kid_rows is not None:
+        kept = jnp.take_along_axis(trees.stats[:, :, 0], left_child[:, None], axis=1)[:, 0]
+        n_left = jnp.where(splits, props.kid_rows[:, 0].astype(jnp.float32), kept)
+    else:
+        n_left = jnp.sum(fine_id == left_child[:, None], axis=1, dtype=jnp.float32)
+    new_kids = jnp.where(slot == left_child[:, None], n_left[:, None],
+                         jnp.take_along_axis(trees.stats[:, :, 0], node[:, None], axis=1) - n_left[:, None])
+    counts = jnp.where(is_kid, new_kids, trees.stats[:, :, 0])
+    values = state.leaf_values
+    node_value = jnp.take_along_axis(values, node[:, None], axis=1)
+    old_fine = jnp.where(is_kid & splits[:, None], node_value, values)  # a grow's children hold the node's value
+    n_kids = jnp.take_along_axis(counts, jnp.stack([left_child, left_child + 1], 1), axis=1)  # (M, 2)
+    n_all = jnp.concatenate([n_kids, n_kids.sum(1, keepdims=True)], axis=1)  # (M, 3): left, right, node
+    # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
+    # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
+    # S * mean_factor(n), sd(n)
+    leaf_model = _leaf_model(data, sigma2)
+    log_a, b = leaf_model.marginal_terms(n_all)
+    mean_factor, sd = leaf_model.posterior_factors(counts)
+    node_factor, node_sd = leaf_model.posterior_factors(n_all[:, 2])
+    leaf_draw = sd * normals
+    node_draw = node_sd * jnp.take_along_axis(normals, node[:, None], axis=1)[:, 0]
+    gain_counts = log_a[:, 0] + log_a[:, 1] - log_a[:, 2]
+    rest = props.d_log_prior + props.log_q_ratio
+    log_u = jnp.log(uniforms[:, 4])
+
+    xs = (fine_id, node_lanes(fine_id, N), old_fine, counts, mean_factor, leaf_draw, node, splits, props.possible,
+          gain_counts, b, rest, log_u, node_factor, node_draw)
+    return xs, (props, fine_id, counts, is_kid, at_node)
+
+
+def _grow_prune_finish(state: BARTState, aux, new, changed):
+    """The accepted moves written into the trees, vectorized: leaf values (0 off the leaves),
+    tree, rows' leaves, bounds, log-prior and row counts.  ``new`` (M, N) the values the
+    sequential pass drew on each tree's finer tree (a coarse tree's node value sits in its left
+    child's slot)."""
+    props, fine_id, counts, is_kid, at_node = aux
+    trees = state.trees
+    node, splits = props.node, props.splits
+    left_child = 2 * node + 1
+    coarse = (changed != splits)[:, None]
+    leaf = jnp.where(is_kid, ~coarse, jnp.where(at_node, coarse, jax.vmap(leaf_nodes)(trees.tree)))
+    kid_value = jnp.take_along_axis(new, left_child[:, None], axis=1)
+    values = jnp.where(leaf, jnp.where(at_node, kid_value, new), 0.0).astype(jnp.float32)
+    tree, _, lo, hi = jax.vmap(cgm.apply_local)(trees, props, changed)
+    # the rows' leaves: the finer tree's, or its two children's rows back in the node
+    leaf_id = jnp.where(coarse & (((fine_id - left_child[:, None]) >> 1) == 0), node[:, None], fine_id)
+    leaf_id = leaf_id.astype(trees.leaf_id.dtype)
+    log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
+    rows = jnp.where(is_kid, jnp.where(coarse, 0.0, counts), counts)  # the new tree's row counts
+    stats = trees.stats.at[:, :, 0].set(rows)
+    kid_can = jnp.where(jnp.arange(is_kid.shape[1]) == left_child[:, None], props.kids_can_split[:, :1],
+                        props.kids_can_split[:, 1:])
+    # the children: a grow's new ones if it is accepted, none if the tree is the coarse one, the
+    # current ones after a refused prune
+    kids = jnp.where(coarse, False, jnp.where(splits[:, None], kid_can, state.can_split))
+    can_split = jnp.where(is_kid, kids, state.can_split)
+    return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior), can_split
+
+
+def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
+    """The per-iteration record (module docstring)."""
+    t = state.trees.tree
+    leaves, depth = tree_summaries(t.is_split)
+    if config.binary:
+        head = dict(train_accuracy=info.train_accuracy, train_log_lik=info.train_log_lik, fit_mean=info.fit_mean,
+                    fit_sd=info.fit_sd)
+    else:
+        head = dict(sigma=info.sigma, train_rmse=info.train_rmse, train_log_lik=info.train_log_lik)
+    out = dict(
+        **head,
+        n_leaves=jnp.mean(leaves.astype(jnp.float32)),
+        depth=jnp.mean(depth.astype(jnp.float32)),
+        at_max_depth=jnp.mean((depth >= config.max_depth).astype(jnp.float32)),
+        accepted=jnp.mean(info.accepted.astype(jnp.float32)),
+    )
+    if config.record_trees:
+        out["tree"] = Tree(t.is_split, t.feature.astype(config.trace_dtypes[0]), t.cut.astype(config.trace_dtypes[1]))
+        out["leaf_values"] = state.leaf_values
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def bart(config: BARTConfig) -> SamplingAlgorithm:
+    """BART as a :class:`SamplingAlgorithm` on :class:`BARTData` (for
+    :func:`bdtree_jax.driver.run_chains`); cached per configuration so equal configurations share
+    compiled programs."""
+
+    def init_fn(key, data):
+        return init(key, data, config)
+
+    def step_fn(draws, state, data):
+        return step_with_draws(draws, state, data, config)
+
+    def trace_fn(state, info):
+        return trace(state, info, config)
+
+    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation from the model (prior draws, Geweke's successive-conditional simulator)
+
+
+def simulate_y(key: PRNGKey, state: BARTState, data: BARTData | None = None,
+               config: BARTConfig | None = None) -> Array:
+    """A response ``y ~ N(fit, sigma2)`` (n,) on the model's scale given trees, leaves and sigma;
+    for a binary outcome (``config.binary``) labels ``y = 1{offset + fit + N(0, 1) > 0}`` (0/1
+    float32), i.e. ``P(y = 1) = Phi(offset + fit)``."""
+    noise = jax.random.normal(key, state.fit.shape)
+    if config is not None and config.binary:
+        return (data.offset + state.fit + noise > 0).astype(jnp.float32)
+    return state.fit + jnp.sqrt(state.sigma2) * noise
+
+
+def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig):
+    """One step of Geweke's (2004) successive-conditional simulator: ``y ~ p(y | state)``, then
+    one sweep given that ``y``.  Its stationary law is the prior of the state (tested against
+    :func:`prior_draw`).  Returns ``(state, data with the new y, info)``."""
+    k_y, k_sweep = jax.random.split(key)
+    data = data._replace(y=simulate_y(k_y, state, data, config).astype(jnp.float32))
+    state, info = step(k_sweep, state, data, config)
+    return state, data, info
+
+
+def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
+    """A draw of trees, leaf values and ``sigma2`` from the prior (trees grown top-down from the
+    stump by :func:`~bdtree_jax.priors.regrow_subtree`, the same truncated CGM98 prior on the
+    training inputs; with ``valid_cuts="ancestors"`` redrawn until every leaf holds
+    ``min_leaf_size`` rows, the truncation; ``sigma2 = sigma2_init`` when ``config.sample_sigma``
+    is False or the outcome is binary)."""
+    M, N = config.n_trees, n_nodes(config.max_depth)
+    td = data.tree_data
+    stump = cgm.init(None, td, config.cgm)
+    k_trees, k_leaves, k_sigma = jax.random.split(key, 3)
+
+    def grown(k_tree):
+        tree, _, _, _ = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
+                                       jax.random.uniform(k_tree, (N, 3)), td, config.min_leaf_size)
+        return score(tree, td, config.cgm, 1.0)
+
+    def one(k_tree, k_leaf):
+        state = grown(k_tree)
+        if td.cut_count is not None:
+            # valid_cuts="ancestors": the generative process ignores the rows, the prior is
+            # truncated to trees whose leaves hold >= min_leaf_size rows; draw until one does
+            # (rejection sampling: exact draws from the truncated prior)
+            def redraw(carry):
+                k, _ = carry
+                k, sub = jax.random.split(k)
+                return k, grown(sub)
+
+            _, state = jax.lax.while_loop(lambda c: jnp.isneginf(c[1].log_prior), redraw,
+                                          (jax.random.fold_in(k_tree, 1), state))
+        tree = state.tree
+        values = jnp.sqrt(td.likelihood.tau2) * jax.random.normal(k_leaf, (N,))
+        return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
+
+    trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M))
+    trees = _narrow_ids(trees)
+    if config.draws_sigma:
+        sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))
+    else:
+        sigma2 = data.sigma2_init
+    state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32), jnp.int32(0),
+                      _can_split(trees, data))
+    return state._replace(fit=_tree_fits(state).sum(0))

@@ -1,0 +1,313 @@
+"""BART's posterior: the kept draws of a sum-of-trees run, prediction at new inputs, variable
+inclusion and ArviZ export (:class:`BARTPosterior` for a real response, :class:`BARTClassifierPosterior`
+for probit classification).
+
+Draws are the per-iteration trees and leaf values the kernel recorded
+(:mod:`bdtree_jax.kernels.bart`), leading axes ``(chain, draw)``; a prediction sums the trees'
+leaf values at each row (:func:`sum_of_trees`), draw by draw in fixed-size chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._types import Array
+from ..data import SplitGrid, check_X
+from ..problem.bart import BARTProblem
+from ..tree import Tree, leaf_index
+
+__all__ = ["BARTClassifierPosterior", "BARTPosterior", "bart_posterior_from_traces", "sum_of_trees"]
+
+
+@jax.jit
+def sum_of_trees(trees: Tree, leaf_values: Array, bins: Array) -> Array:
+    """Sum over trees of each tree's leaf value at every row, per draw.
+
+    trees : Tree of (D, M, N) arrays; leaf_values : (D, M, N); bins : (n, F) bin codes.
+    Returns (D, n) on the model's scale (a scan over the trees: memory ``D n``).
+    """
+    trees = Tree(trees.is_split, trees.feature.astype(jnp.int32), trees.cut.astype(jnp.int32))
+
+    def one_draw(tree_stack, values):
+        def add(total, xs):
+            tree, v = xs
+            return total + v[leaf_index(tree, bins)], None
+
+        total, _ = jax.lax.scan(add, jnp.zeros(bins.shape[0], jnp.float32), (tree_stack, values))
+        return total
+
+    return jax.vmap(one_draw)(trees, leaf_values)
+
+
+@dataclass(eq=False)
+class BARTPosterior:
+    """Draws of a BART run (kept iterations only).
+
+    Attributes
+    ----------
+    trees : Tree of (C, S, M, N) arrays; leaf_values : (C, S, M, N) float32 (model scale).
+    stats : dict of (C, S) per-iteration scalars: ``sigma``, ``train_rmse``, ``train_log_lik``
+        (original units), ``n_leaves``, ``depth`` (means over trees), ``at_max_depth``,
+        ``accepted`` (fractions of trees).  ``warmup_stats``: the same for the warm-up iterations.
+    grid : the training split grid; y_offset, y_scale : ``y = y_offset + y_scale * model scale``.
+    train_bins : (n, F) bin codes of the training inputs, y_train : (n,) the training response
+        (for the pointwise log-likelihood; None when the posterior was built without them).
+    feature_names : F names (the DataFrame's columns, else ``x0, x1, ...``).
+    config : the run's :class:`~bdtree_jax.kernels.bart.BARTConfig`.
+    model : the prior and its calibration: ``prior``, ``y_offset``, ``y_scale``, ``tau2`` and
+        ``nu``, ``lam``, ``sigma_hat`` (real response) or ``offset`` (probit).
+    info : run metadata (``seed``, ``num_warmup``, ``num_samples``, ``seconds``, ``seconds_per_sweep``).
+    """
+
+    trees: Tree
+    leaf_values: np.ndarray
+    stats: dict
+    warmup_stats: dict
+    grid: SplitGrid
+    y_offset: float
+    y_scale: float
+    config: Any
+    model: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    train_bins: np.ndarray | None = None
+    y_train: np.ndarray | None = None
+    feature_names: list | None = None
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.leaf_values.shape[0])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.leaf_values.shape[1])
+
+    @property
+    def sigma(self) -> np.ndarray:
+        """(C, S) noise sd in the units of ``y``."""
+        return self.stats["sigma"]
+
+    def _bins(self, X) -> np.ndarray:
+        X, _ = check_X(X, estimator=type(self).__name__)
+        if X.shape[1] != self.grid.n_features:
+            raise ValueError(f"X has {X.shape[1]} features; the model was fit on {self.grid.n_features}.")
+        return self.grid.bin(X)
+
+    def _draws_at(self, bins: np.ndarray, chunk: int = 64) -> np.ndarray:
+        """(C * S, n) ``y_offset + y_scale * sum of trees`` at rows given by their bin codes."""
+        bins = jnp.asarray(bins)
+        D = self.num_chains * self.num_draws
+        M, N = self.leaf_values.shape[-2:]
+        flat = Tree(*(np.asarray(a).reshape(D, M, N) for a in self.trees))
+        values = np.asarray(self.leaf_values).reshape(D, M, N)
+        chunk = max(1, min(int(chunk), D))
+        outs = []
+        for s in range(0, D, chunk):  # fixed chunk size (last one padded): one compilation
+            sel = np.arange(s, min(s + chunk, D))
+            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
+            out = sum_of_trees(Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad]), bins)
+            outs.append(np.asarray(out)[: len(sel)])
+        return self.y_offset + self.y_scale * np.concatenate(outs, axis=0).astype(np.float64)
+
+    def predict_draws(self, X, *, chunk: int = 64) -> np.ndarray:
+        """(C * S, n) the regression function at the rows of X, one row per draw (original units)."""
+        return self._draws_at(self._bins(X), chunk)
+
+    def train_draws(self) -> np.ndarray:
+        """(C, S, n) the function (regression function, or the classifier's latent ``f``) at the
+        training rows, per draw (computed once, then cached)."""
+        if self.train_bins is None:
+            raise ValueError("this posterior does not hold its training inputs (train_bins is None).")
+        cached = self.__dict__.get("_train_draws")
+        if cached is None:
+            n = self.train_bins.shape[0]
+            cached = self._draws_at(self.train_bins).reshape(self.num_chains, self.num_draws, n)
+            self.__dict__["_train_draws"] = cached
+        return cached
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) posterior mean of the regression function."""
+        return self.predict_draws(X).mean(0)
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """``(lower, upper)`` equal-tailed interval of the regression function at each row, or
+        with ``predictive=True`` of a new response (each draw plus ``N(0, sigma_draw**2)`` noise)."""
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
+        draws = self.predict_draws(X)
+        if predictive:
+            rng = np.random.default_rng(seed)
+            draws = draws + self.sigma.reshape(-1, 1) * rng.standard_normal(draws.shape)
+        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return lo, hi
+
+    def summary(self) -> dict:
+        """Scalar summaries: chains, draws, :meth:`_fit_summary`, then means over draws of the
+        leaves and depth per tree and the fractions of trees at ``max_depth`` and changed."""
+        return dict(
+            num_chains=self.num_chains, num_draws=self.num_draws, **self._fit_summary(),
+            mean_leaves=float(np.mean(self.stats["n_leaves"])), mean_depth=float(np.mean(self.stats["depth"])),
+            at_max_depth=float(np.mean(self.stats["at_max_depth"])),
+            acceptance_rate=float(np.mean(self.stats["accepted"])),
+        )
+
+    def _fit_summary(self) -> dict:
+        """The fit's part of :meth:`summary`: the mean noise sd."""
+        return dict(sigma_mean=float(np.mean(self.stats["sigma"])))
+
+    # -- variable inclusion ----------------------------------------------------------------------
+    def variable_counts(self) -> np.ndarray:
+        """(C, S, F) int: per draw, the number of split rules (internal nodes over all trees) on each
+        feature (BART's and bartz's ``varcount``)."""
+        F = self.grid.n_features
+        is_split = np.asarray(self.trees.is_split)
+        C, S = is_split.shape[:2]
+        c, s, _, _ = np.nonzero(is_split)
+        feature = np.asarray(self.trees.feature)[is_split].astype(np.int64)
+        counts = np.bincount((c * S + s) * F + feature, minlength=C * S * F)
+        return counts.reshape(C, S, F)
+
+    def variable_inclusion(self, mean: bool = False) -> np.ndarray:
+        """Variable-inclusion proportions: per draw, the fraction of all split rules (over every
+        tree) that use each feature -- (C, S, F), each row summing to 1 (NaN for a draw without any
+        split).  ``mean=True``: their average over the draws that have splits, (F,)."""
+        counts = self.variable_counts().astype(np.float64)
+        total = counts.sum(-1, keepdims=True)
+        props = np.divide(counts, total, out=np.full_like(counts, np.nan), where=total > 0)
+        if not mean:
+            return props
+        valid = total[..., 0] > 0
+        if not valid.any():
+            return np.full(counts.shape[-1], np.nan)
+        return props[valid].mean(0)
+
+    def variable_inclusion_summary(self):
+        """pandas DataFrame, one row per feature (index: ``feature_names``): ``proportion`` (mean
+        inclusion proportion over draws), ``sd``, ``q05``, ``q95`` (over draws) and
+        ``splits_per_draw`` (mean number of split rules on the feature)."""
+        import pandas as pd
+
+        props = self.variable_inclusion().reshape(-1, self.grid.n_features)
+        props = props[~np.isnan(props[:, 0])]
+        counts = self.variable_counts().reshape(-1, self.grid.n_features)
+        names = self.feature_names or [f"x{i}" for i in range(self.grid.n_features)]
+        if len(props) == 0:
+            props = np.full((1, self.grid.n_features), np.nan)
+        q05, q95 = np.quantile(props, [0.05, 0.95], axis=0)
+        return pd.DataFrame(dict(proportion=props.mean(0), sd=props.std(0), q05=q05, q95=q95,
+                                 splits_per_draw=counts.mean(0)), index=pd.Index(names, name="feature"))
+
+    # -- ArviZ -----------------------------------------------------------------------------------
+    def pointwise_log_likelihood(self) -> np.ndarray:
+        """(C, S, n) ``log p(y_i | draw)`` of every training row: ``N(y_i; f(x_i), sigma**2)`` in the
+        units of ``y``."""
+        from scipy.stats import norm
+
+        f = self.train_draws()
+        return norm.logpdf(np.asarray(self.y_train, np.float64), f, np.asarray(self.sigma, np.float64)[..., None])
+
+    def _arviz_groups(self) -> tuple[dict, dict]:
+        return {"sigma": self.stats["sigma"]}, {k: v for k, v in self.stats.items() if k != "sigma"}
+
+    def to_arviz(self, *, pointwise: bool = True):
+        """ArviZ data (``InferenceData`` with ArviZ 0.2x, ``DataTree`` with 1.x): ``posterior``
+        (``sigma``; the classifier: ``fit_mean``, ``fit_sd``), ``sample_stats`` (the other
+        per-iteration scalars) and, with ``pointwise=True`` (and the training data held),
+        ``log_likelihood`` (``y``: :meth:`pointwise_log_likelihood`, dimension ``obs``; what
+        ``az.loo`` and ``az.waic`` read) and ``observed_data`` (``y``)."""
+        from .._arviz import make_inference_data
+
+        posterior, sample_stats = self._arviz_groups()
+        groups = {"posterior": posterior, "sample_stats": sample_stats}
+        dims = {}
+        if pointwise and self.train_bins is not None and self.y_train is not None:
+            groups["log_likelihood"] = {"y": self.pointwise_log_likelihood()}
+            groups["observed_data"] = {"y": np.asarray(self.y_train)}
+            dims = {"y": ["obs"]}
+        return make_inference_data(groups, dims=dims)
+
+
+@dataclass(eq=False)
+class BARTClassifierPosterior(BARTPosterior):
+    """Draws of a probit BART run (:class:`~bdtree_jax.estimators.BARTClassifier`).
+
+    As :class:`BARTPosterior`, with ``y_offset`` the probit offset and ``y_scale = 1``: the
+    function of :meth:`predict_draws` is the latent ``f(x) = offset + sum of trees`` with
+    ``P(y = classes[1] | x) = Phi(f(x))``.  ``stats``: ``train_accuracy``, ``train_log_lik``
+    (Bernoulli), ``fit_mean``, ``fit_sd`` (latent ``f`` over the training rows) and the tree
+    summaries.  ``y_train`` holds the 0/1 codes; ``classes`` the two labels.
+    """
+
+    classes: np.ndarray | None = None
+
+    @property
+    def sigma(self) -> np.ndarray:
+        raise AttributeError("probit BART has no noise sd: the latent's sd is fixed at 1.")
+
+    def predict_proba_draws(self, X) -> np.ndarray:
+        """(C * S, n) ``P(y = classes[1] | x) = Phi(f(x))`` per draw."""
+        from scipy.special import ndtr as np_ndtr
+
+        return np_ndtr(self.predict_draws(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) posterior mean class probabilities (columns in the order of ``classes``)."""
+        p1 = self.predict_proba_draws(X).mean(0)
+        return np.stack([1.0 - p1, p1], axis=1)
+
+    def predict(self, X) -> np.ndarray:
+        """(n,) the class of highest posterior mean probability (``classes[1]`` on ties > 0.5)."""
+        labels = self.classes if self.classes is not None else np.arange(2)
+        return np.asarray(labels)[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
+
+    def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes[1] | x)``."""
+        if predictive:
+            raise ValueError("predictive intervals are for a real response; a class label has none "
+                             "(use predict_proba).")
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
+        lo, hi = np.quantile(self.predict_proba_draws(X), [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return lo, hi
+
+    def _fit_summary(self) -> dict:
+        """The fit's part of :meth:`summary`: the probit offset and the mean training accuracy."""
+        return dict(offset=float(self.y_offset), train_accuracy=float(np.mean(self.stats["train_accuracy"])))
+
+    def pointwise_log_likelihood(self) -> np.ndarray:
+        """(C, S, n) ``log p(y_i | draw) = log Phi(+-f(x_i))`` (``+`` for ``classes[1]``)."""
+        from scipy.special import log_ndtr as np_log_ndtr
+
+        sign = 2.0 * np.asarray(self.y_train, np.float64) - 1.0
+        return np_log_ndtr(sign * self.train_draws())
+
+    def _arviz_groups(self) -> tuple[dict, dict]:
+        latent = ("fit_mean", "fit_sd")
+        return ({k: self.stats[k] for k in latent}, {k: v for k, v in self.stats.items() if k not in latent})
+
+
+def bart_posterior_from_traces(traces: dict, problem: BARTProblem, config: Any, num_warmup: int,
+                               info: dict) -> BARTPosterior:
+    """The posterior of a BART run from its per-iteration ``traces`` (numpy arrays
+    ``(C, W + S, ...)`` of :func:`~bdtree_jax.kernels.bart.trace`, ``tree`` and ``leaf_values``
+    included): the first ``num_warmup`` iterations go to ``warmup_stats``, the rest are the draws.
+    A :class:`BARTClassifierPosterior` for a binary ``problem``, else a :class:`BARTPosterior`."""
+    scalars = [k for k in traces if k not in ("tree", "leaf_values")]
+    names = problem.feature_names
+    binary = problem.outcome == "binary"
+    return (BARTClassifierPosterior if binary else BARTPosterior)(
+        trees=Tree(*(a[:, num_warmup:] for a in traces["tree"])),
+        leaf_values=traces["leaf_values"][:, num_warmup:],
+        stats={k: traces[k][:, num_warmup:] for k in scalars},
+        warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},
+        grid=problem.grid, y_offset=problem.y_offset, y_scale=problem.y_scale, config=config,
+        model=dict(prior=problem.prior, y_offset=problem.y_offset, y_scale=problem.y_scale,
+                   **problem.hyperparameters()),
+        info=info, train_bins=problem.train_bins, y_train=np.asarray(problem.y_train),
+        feature_names=list(names) if names is not None else [f"x{i}" for i in range(problem.n_features)],
+        **(dict(classes=problem.classes) if binary else {}),
+    )

@@ -1,0 +1,3 @@
+"""The model layer's problems: one typed object built once per fit from (X, y) and the prior/likelihood options."""
+
+from .bart import BARTProblem, build_bart_probit_problem, build_bart_problem  # noqa: F401
