@@ -7,13 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, tree_frequencies, tv_distance
+from bdtree_jax.data import make_split_grid
+from bdtree_jax.exact import tv_distance
 from bdtree_jax.kernels import cgm
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior
-from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, leaf_nodes, to_string
+from bdtree_jax.kernels._moves import score
+from bdtree_jax.likelihoods import DirichletMultinomial
+from bdtree_jax.priors import TreePrior, make_tree_data
+from bdtree_jax.driver import run_chains
+from bdtree_jax.tree import leaf_nodes, to_string
+
+from helpers import chain_frequencies
 
 
 # 16 chains x 30,000 iterations: with the ~30 % acceptance on these problems the expected TV
@@ -21,47 +24,31 @@ from bdtree_jax.tree import Tree, leaf_nodes, to_string
 CHAINS, ITERS, BURN = 16, 30_000, 500
 
 
-def _frequencies(traces, thresholds):
-    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
-
-
 @pytest.mark.parametrize(
     "task,min_leaf_size,max_depth",
     [("classification", 1, 2), ("regression", 1, 2), ("classification", 2, 3)],
 )
-def test_cgm_matches_enumerated_posterior(toy_data, task, min_leaf_size, max_depth):
-    X, y_class, y_reg = toy_data
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    ps = lik.point_stats(y)
-    exact = enumerate_posterior(X, ps, prior, lik)
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik)
-    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
+def test_cgm_matches_enumerated_posterior(toy_problem, task, min_leaf_size, max_depth):
+    p = toy_problem(task, max_depth, min_leaf_size)
+    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(p.prior))
     traces, _ = run_chains(
-        algorithm, data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS, block_size=ITERS
+        algorithm, p.data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS, block_size=ITERS
     )
-    freqs = _frequencies(traces, grid.thresholds)
-    assert set(freqs) <= set(exact), "sampler visited a tree outside the prior's support"
-    assert tv_distance(freqs, exact) <= 0.04
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
+    assert set(freqs) <= set(p.exact), "sampler visited a tree outside the prior's support"
+    assert tv_distance(freqs, p.exact) <= 0.04
     # every move type was proposed and some of each accepted
     moves, acc = traces["move"], traces["accepted"]
     for m in range(4 if max_depth > 1 else 2):
         assert (acc & (moves == m)).sum() > 0
 
 
-def test_moves_are_reversible_pairs(toy_data):
+def test_moves_are_reversible_pairs(toy_problem):
     """log q(T*|T) + log q(T|T*) terms: grow then prune of the same node returns exactly, and the
     MH log-ratios of the two directions are negatives of each other."""
-    X, y_class, _ = toy_data
-    prior = TreePrior(max_depth=3)
-    lik = DirichletMultinomial(2)
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y_class, prior, lik)
-    config = cgm.CGMConfig.from_prior(prior)
+    p = toy_problem("classification", 3)
+    grid, data = p.grid, p.data
+    config = cgm.CGMConfig.from_prior(p.prior)
     step = jax.jit(lambda k, s: cgm.step(k, s, data, config))
     state = cgm.init(None, data, config)
     ratios = collections.defaultdict(list)
@@ -103,7 +90,7 @@ def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
     def run(key):
         def body(state, i):
             new, info = cgm.step(jax.random.fold_in(key, i), state, data, config)
-            return new, (new, cgm._score(new.tree, data, config, 1.0), info.move, info.accepted)
+            return new, (new, score(new.tree, data, config, 1.0), info.move, info.accepted)
 
         return jax.lax.scan(body, cgm.init(None, data, config), jnp.arange(800))[1]
 
@@ -120,24 +107,16 @@ def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
 @pytest.mark.slow
 @pytest.mark.parametrize("incremental", [True, False])
 @pytest.mark.parametrize("task", ["classification", "regression"])
-def test_cgm_matches_enumeration_deeper_and_batched(toy_data, task, incremental):
+def test_cgm_matches_enumeration_deeper_and_batched(toy_problem, task, incremental):
     """Depth 3 (a larger support) with 4x the draws, for both kernel variants: the incremental
     one (sequential chains, the CPU default) and the branch-free full re-scoring one run as
     batched chains (the GPU default)."""
-    X, y_class, y_reg = toy_data
-    prior = TreePrior(max_depth=3, alpha=0.95, beta=1.0)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik)
-    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior, incremental=incremental))
+    p = toy_problem(task, 3)
+    algorithm = cgm.cgm(cgm.CGMConfig.from_prior(p.prior, incremental=incremental))
     traces, _ = run_chains(
-        algorithm, data, key=jax.random.key(5), num_chains=CHAINS, num_iterations=4 * ITERS,
+        algorithm, p.data, key=jax.random.key(5), num_chains=CHAINS, num_iterations=4 * ITERS,
         block_size=ITERS, chain_method="sequential" if incremental else "vectorized",
     )
-    freqs = _frequencies(traces, grid.thresholds)
-    assert set(freqs) <= set(exact)
-    assert tv_distance(freqs, exact) <= 0.03  # observed 0.018 on 3,163 trees
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
+    assert set(freqs) <= set(p.exact)
+    assert tv_distance(freqs, p.exact) <= 0.03  # observed 0.018 on 3,163 trees

@@ -5,37 +5,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.data import make_split_grid
+from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import cgm, regrow, tempering
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
+from bdtree_jax.diagnostics import swap_rates
 from bdtree_jax.priors import TreePrior, box_sides, violates_boxes
-from bdtree_jax.sampling import run_chains
-from bdtree_jax.tree import Tree, from_string
+from bdtree_jax.driver import run_chains
+from bdtree_jax.tree import from_string
+
+from helpers import chain_frequencies
 
 # Same budget as the CGM enumeration test: 16 chains x 30,000 iterations; on the 256-tree
 # support the Monte Carlo TV of regrow is ~0.015 there, so 0.04 fails only on real bias.
 CHAINS, ITERS, BURN = 16, 30_000, 500
 # boxes that leave a fair part of the toy problem's trees allowed (checked below)
 BOXES = [{"x0": (4.2, None), "x1": (None, 2.8)}, {0: (None, 1.8), 1: (5.5, 7.0)}]
-
-
-def _frequencies(traces, thresholds):
-    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
-
-
-def _problem(toy_data, task, min_leaf_size, max_depth, boxes=None):
-    X, y_class, y_reg = toy_data
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    grid = make_split_grid(X)
-    side = None if boxes is None else box_sides(boxes, grid.thresholds)
-    data = make_tree_data(grid.bin(X), y, prior, lik, box_side=side)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik, boxes=boxes)
-    return prior, data, grid, exact
 
 
 def _algorithm(kind, prior, n_temperatures=1):
@@ -60,42 +44,39 @@ def _algorithm(kind, prior, n_temperatures=1):
         ("regrow", 3, "regression", 2, 3),
     ],
 )
-def test_matches_enumerated_posterior(toy_data, kind, n_temperatures, task, min_leaf_size, max_depth):
+def test_matches_enumerated_posterior(toy_problem, kind, n_temperatures, task, min_leaf_size, max_depth):
     """The regrow chain and the tempered cold chain sample the exact posterior (TV <= 0.04)."""
-    prior, data, grid, exact = _problem(toy_data, task, min_leaf_size, max_depth)
+    p = toy_problem(task, max_depth, min_leaf_size)
     iters = ITERS if n_temperatures == 1 else ITERS // 2  # tempered chains mix faster
     traces, _ = run_chains(
-        _algorithm(kind, prior, n_temperatures), data, key=jax.random.key(7), num_chains=CHAINS,
+        _algorithm(kind, p.prior, n_temperatures), p.data, key=jax.random.key(7), num_chains=CHAINS,
         num_iterations=iters, block_size=iters,
     )
-    freqs = _frequencies(traces, grid.thresholds)
-    assert set(freqs) <= set(exact), "sampler visited a tree outside the prior's support"
-    assert tv_distance(freqs, exact) <= 0.04
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
+    assert set(freqs) <= set(p.exact), "sampler visited a tree outside the prior's support"
+    assert tv_distance(freqs, p.exact) <= 0.04
     if n_temperatures > 1:
-        rates = tempering.swap_rates(traces["swap_pair"], traces["swap_accepted"], n_temperatures)
+        rates = swap_rates(traces["swap_pair"], traces["swap_accepted"], n_temperatures)
         upper = rates[np.triu_indices(n_temperatures, 1)]
         assert np.all((upper > 0.05) & (upper < 1.0))
 
 
-def test_swap_acceptance_matches_exact_rate(toy_data):
+def test_swap_acceptance_matches_exact_rate(toy_problem):
     """At stationarity the rungs are independent draws from their tempered posteriors, so the
     acceptance rate of swaps between rungs i and j is E[min(1, (L_j / L_i)^(b_i - b_j))] under
     that product law -- computed exactly by enumeration and compared with the recorded rates."""
-    prior, data, grid, _ = _problem(toy_data, "classification", 1, 2)
-    X, y, _ = toy_data
-    lik = DirichletMultinomial(2, 1.0)
-    trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
-    log_lik = np.array([ll for _, _, ll in trees])
+    p = toy_problem("classification", 2, 1)
+    log_lik = np.array([ll for _, ll in p.trees.values()])
     betas = tempering.ladder(3, 0.5)
     post = []
     for b in betas:
-        lp = np.array([p + b * ll for _, p, ll in trees])
-        post.append(np.exp(lp - lp.max()) / np.exp(lp - lp.max()).sum())
+        log_post = np.array([lp + b * ll for lp, ll in p.trees.values()])
+        post.append(np.exp(log_post - log_post.max()) / np.exp(log_post - log_post.max()).sum())
     traces, _ = run_chains(
-        _algorithm("cgm", prior, 3), data, key=jax.random.key(3), num_chains=8, num_iterations=20_000,
+        _algorithm("cgm", p.prior, 3), p.data, key=jax.random.key(3), num_chains=8, num_iterations=20_000,
         block_size=20_000,
     )
-    rates = tempering.swap_rates(traces["swap_pair"][:, BURN:], traces["swap_accepted"][:, BURN:], 3)
+    rates = swap_rates(traces["swap_pair"][:, BURN:], traces["swap_accepted"][:, BURN:], 3)
     for i, j in ((0, 1), (0, 2), (1, 2)):
         ratio = np.minimum(1.0, np.exp((betas[i] - betas[j]) * (log_lik[None, :] - log_lik[:, None])))
         expected = post[i] @ ratio @ post[j]  # rows: rung i's tree, columns: rung j's tree
@@ -103,17 +84,17 @@ def test_swap_acceptance_matches_exact_rate(toy_data):
 
 
 @pytest.mark.parametrize("kind,n_temperatures", [("cgm", 1), ("regrow", 1), ("cgm+regrow", 3)])
-def test_box_constraints_renormalise_the_posterior(toy_data, kind, n_temperatures):
+def test_box_constraints_renormalise_the_posterior(toy_problem, kind, n_temperatures):
     """No tree that cuts a box is visited, and the others get the exact posterior conditioned on
     the constraint (enumeration leaves violating trees out and renormalises)."""
-    prior, data, grid, exact = _problem(toy_data, "classification", 1, 2, boxes=BOXES)
-    _, _, _, unconstrained = _problem(toy_data, "classification", 1, 2)
+    p = toy_problem("classification", 2, 1, boxes=BOXES)
+    exact, unconstrained = p.exact, toy_problem("classification", 2, 1).exact
     assert 10 < len(exact) < len(unconstrained) and sum(unconstrained[k] for k in exact) < 0.9
     traces, _ = run_chains(
-        _algorithm(kind, prior, n_temperatures), data, key=jax.random.key(5), num_chains=CHAINS,
+        _algorithm(kind, p.prior, n_temperatures), p.data, key=jax.random.key(5), num_chains=CHAINS,
         num_iterations=ITERS // 2, block_size=ITERS // 2,
     )
-    freqs = _frequencies(traces, grid.thresholds)
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= set(exact), "a tree cutting a box was visited"
     assert tv_distance(freqs, exact) <= 0.04
 
@@ -150,25 +131,21 @@ def test_box_constraint_errors():
     assert box_sides([{"b": (None, 1.0)}], thresholds, ["a", "b"]).tolist() == [[[2, 2], [2, 0]]]
 
 
-def test_regrow_from_root_draws_from_the_prior(toy_data):
+def test_regrow_from_root_draws_from_the_prior(toy_problem):
     """Regrowing the root with no data term is an independent draw from the prior: the
     frequencies of many draws match the enumerated prior."""
-    X, y, _ = toy_data
-    prior = TreePrior(max_depth=2, alpha=0.95, beta=0.5, min_leaf_size=2)
-    lik = DirichletMultinomial(2, 1.0)
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik)
+    p = toy_problem(prior=TreePrior(max_depth=2, alpha=0.95, beta=0.5, min_leaf_size=2))
+    data = p.data
     from bdtree_jax.priors import regrow_subtree
 
-    stump = cgm.init(None, data, cgm.CGMConfig.from_prior(prior))
+    stump = cgm.init(None, data, cgm.CGMConfig.from_prior(p.prior))
     n_slots = stump.tree.is_split.shape[0]
     keys = jax.random.split(jax.random.key(0), 40_000)
     draws = jax.jit(jax.vmap(lambda k: regrow_subtree(
         stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0), jax.random.uniform(k, (n_slots, 3)), data, 2)[0]
     ))(keys)
-    freqs = tree_frequencies(draws, grid.thresholds)
-    trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
-    exact = {s: float(np.exp(lp)) for s, lp, _ in trees}
+    freqs = tree_frequencies(draws, p.grid.thresholds)
+    exact = {s: float(np.exp(lp)) for s, (lp, _) in p.trees.items()}
     assert abs(sum(exact.values()) - 1) < 1e-9
     assert set(freqs) <= set(exact) and tv_distance(freqs, exact) <= 0.02
 
