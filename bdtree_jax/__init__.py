@@ -8,7 +8,7 @@ from ._devices import configure_cpu_devices
 
 configure_cpu_devices()
 
-from . import datasets, diagnostics, exact, kernels, likelihoods, priors, soft, tree  # noqa: E402
+from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
 from .estimators import BARTClassifier, BARTRegressor  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
@@ -17,7 +17,9 @@ from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .posterior import BARTClassifierPosterior, BARTPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
-from .sampling import sample  # noqa: E402
+from .api import sample  # noqa: E402
+from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noqa: E402
+from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
 
 __version__ = "0.1.0"
@@ -29,23 +31,35 @@ __all__ = [
     "BARTRegressor",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
+    "CGM",
     "DirichletMultinomial",
     "NormalMeanShift",
+    "PCFG",
+    "PG",
     "Posterior",
+    "RJHMC",
+    "RunOptions",
+    "SMC",
     "SoftTreePosterior",
     "SplitGrid",
+    "Tempering",
     "Tree",
     "TreeData",
     "TreePrior",
+    "TreeProblem",
+    "WU",
+    "build_problem",
     "clear_compiled",
     "datasets",
     "diagnostics",
     "exact",
     "kernels",
     "likelihoods",
+    "methods",
     "make_split_grid",
     "make_tree_data",
     "priors",
+    "problem",
     "run_chains",
     "sample",
     "soft",

@@ -2,7 +2,7 @@
 
 Everything is measured in one process (except the cold fit, which is a fresh subprocess):
 
-* **ours**: ``bdtree_jax.kernels.cgm`` through ``bdtree_jax.sampling.run_chains`` with a fixed
+* **ours**: ``bdtree_jax.kernels.cgm`` through ``bdtree_jax.driver.run_chains`` with a fixed
   block size (default: ``bdtree_jax.sample``'s for ``method="cgm"``), for several chain counts.
   Compile time is excluded by timing two run lengths (``T`` and ``2T`` iterations, both warm):
   ``rate = chains * T / (t(2T) - t(T))`` proposals/s in aggregate.  ``T`` grows for small chain counts (``T = max(--iterations, --min-proposals /
@@ -102,13 +102,15 @@ def _two_length(run, T, repeats):
 # ----------------------------------------------------------------------------------------------
 
 
-def bench_ours(data, model, chains, t_for, block_size, repeats, seed=0, chain_method=None):
+def bench_ours(problem, chains, t_for, block_size, repeats, seed=0, chain_method=None):
     import jax
 
-    from bdtree_jax.sampling import _build_algorithm, chain_devices, run_chains
+    import bdtree_jax as bd
+    from bdtree_jax.driver import chain_devices, plan_chains, run_chains
 
     # exactly what bdtree_jax.sample runs (for the default chain_method)
-    _, algorithm = _build_algorithm(data, model, chain_method=chain_method)
+    chain_method = plan_chains(1).chain_method if chain_method is None else chain_method
+    data, _, algorithm = bd.CGM().kernel(problem, chain_method, (1.0,), 0)
     out = {}
     for c in chains:
         last = {}
@@ -270,7 +272,7 @@ def main(argv=None):
     bartz_chains = [int(c) for c in args.bartz_chains.split(",")] if args.bartz_chains else chains
     bartz_T = args.bartz_iterations or T
     if args.block_size is None:
-        from bdtree_jax.sampling import CGM_BLOCK_SIZE
+        from bdtree_jax.driver import CGM_BLOCK_SIZE
 
         args.block_size = CGM_BLOCK_SIZE
     block = args.block_size
@@ -288,15 +290,10 @@ def main(argv=None):
     import jax
 
     import bdtree_jax as bd
-    from bdtree_jax.sampling import _build_model
-
     X, y, _, _ = bd.datasets.load_split("bcw")
-    data, model = _build_model(
-        X, y, task="classification", max_depth=6, alpha=0.95, beta=1.0, min_leaf_size=1, concentration=1.0,
-        nu=None, lam=None, a=None, mu_bar=None, where="",
-    )
-    bins = np.asarray(model["train_bins"])
-    codes = np.asarray(model["train_y"])
+    problem = bd.build_problem(X, y, task="classification", prior=bd.TreePrior(max_depth=6))
+    bins = np.asarray(problem.train_bins)
+    codes = np.asarray(problem.train_y)
     n, F = bins.shape
 
     check_tv = None
@@ -307,9 +304,9 @@ def main(argv=None):
         check_tv = check_against_exact(100_000, verbose=True)
 
     print(f"bcw train: n={n}, F={F}; block_size={args.block_size}", file=sys.stderr)
-    ours = bench_ours(data, model, chains, t_ours, args.block_size, args.repeats, chain_method=args.chain_method)
+    ours = bench_ours(problem, chains, t_ours, args.block_size, args.repeats, chain_method=args.chain_method)
     bz = {} if args.no_bartz else bench_bartz(X.to_numpy(float), y.to_numpy(), bartz_chains, t_bartz, args.repeats)
-    npy = None if args.no_numpy else bench_numpy(bins, codes, len(model["classes"]), np_burn, np_T)
+    npy = None if args.no_numpy else bench_numpy(bins, codes, len(problem.classes), np_burn, np_T)
     cold_info = None if args.no_cold else bench_cold(*cold)
     rounds = {}
     if args.rounds > 0 and not args.no_bartz:
@@ -319,7 +316,7 @@ def main(argv=None):
             rounds[c] = []
             for k in range(args.rounds):
                 print(f"round {k + 1}/{args.rounds}, {c} chains:", file=sys.stderr)
-                ro = bench_ours(data, model, [c], t_ours, args.block_size, args.repeats, chain_method=args.chain_method)[c]
+                ro = bench_ours(problem, [c], t_ours, args.block_size, args.repeats, chain_method=args.chain_method)[c]
                 rb = bench_bartz(Xb, yb, [c], t_bartz, args.repeats)[c]
                 rounds[c].append((ro["rate"], rb["rate"] if rb else float("nan")))
     load_after = _load()

@@ -48,16 +48,15 @@ def first_separating(post, vertex: np.ndarray) -> int | None:
 
 def true_tree_log_posterior(X, y, D: int, split_prior: str) -> float:
     """log p(T) + log L(T) of the tree that splits every vertex apart (x0 <= 0, then x1 <= 0, ...)."""
+    import bdtree_jax as bd
     from bdtree_jax.kernels import cgm
-    from bdtree_jax.sampling import _build_model
     from bdtree_jax.tree import from_string
 
-    data, model = _build_model(X, y, task="regression", max_depth=D + 2, alpha=0.95, beta=1.0, min_leaf_size=1,
-                               concentration=1.0, nu=None, lam=None, a=A, mu_bar=None, where="",
-                               split_prior=split_prior)
+    problem = bd.build_problem(X, y, task="regression", prior=bd.TreePrior(max_depth=D + 2, split_prior=split_prior),
+                               likelihood={"a": A})
     text = lambda d: "L" if d == D else f"x{d}<=0({text(d + 1)},{text(d + 1)})"  # noqa: E731
-    tree = from_string(text(0), model["grid"].thresholds, D + 2)
-    state = cgm._score(tree, data, cgm.CGMConfig(D + 2), 1.0)
+    tree = from_string(text(0), problem.grid.thresholds, D + 2)
+    state = cgm._score(tree, problem.data, cgm.CGMConfig(D + 2), 1.0)
     return float(state.log_lik + state.log_prior)
 
 

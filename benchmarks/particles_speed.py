@@ -125,13 +125,11 @@ def _fmt_acc(x):
 
 
 def _build(X, y):
-    from bdtree_jax.sampling import _build_model
+    import bdtree_jax as bd
 
-    data, model = _build_model(
-        X, y, task="classification", max_depth=MAX_DEPTH, alpha=ALPHA, beta=BETA, min_leaf_size=1,
-        concentration=1.0, nu=None, lam=None, a=None, mu_bar=None, where="",
-    )
-    return data, model, int(model["grid"].n_cuts.max()) + 1
+    problem = bd.build_problem(X, y, task="classification",
+                               prior=bd.TreePrior(max_depth=MAX_DEPTH, alpha=ALPHA, beta=BETA))
+    return problem.data, problem, int(problem.grid.n_cuts.max()) + 1
 
 
 def _synthetic(n, **kw):

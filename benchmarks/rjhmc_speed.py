@@ -4,7 +4,7 @@ Seconds per RJ iteration on the paper's iris and bcw train splits (HMC-DF and HM
 h / alpha / beta (the authors' training script), ``max_depth=5``, one chain), all measured in one process:
 
 * **ours, fast schedule** (``RJHMCConfig(schedule="fast")``, ``leg_steps=4``): run through
-  ``bdtree_jax.sampling.run_chains`` with a fixed block size, so every run length uses one compiled
+  ``bdtree_jax.driver.run_chains`` with a fixed block size, so every run length uses one compiled
   program.  ``num_warmup`` is set small (``--fast-warmup``, default 20) and two run lengths
   ``num_warmup + T1`` and ``num_warmup + T2`` are timed warm; ``(t2 - t1) / (T2 - T1)`` is the cost
   of an iteration **in the sampling phase** (frozen step size and mass matrix, move probabilities
@@ -194,7 +194,7 @@ def _runner(config, data, block_size, seed=0):
     import jax
 
     from bdtree_jax.kernels.rjhmc import rjhmc
-    from bdtree_jax.sampling import run_chains
+    from bdtree_jax.driver import run_chains
 
     algorithm = rjhmc(config)
 

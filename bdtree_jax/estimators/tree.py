@@ -1,40 +1,95 @@
-"""scikit-learn style estimators over the samplers.
+"""scikit-learn style estimators over the single-tree methods.
 
 ``BayesianTreeClassifier`` and ``BayesianTreeRegressor`` follow scikit-learn's conventions:
 ``__init__`` only stores keyword parameters (``get_params`` / ``set_params`` / ``clone`` work, so
-they fit in ``Pipeline`` and ``GridSearchCV``); ``fit`` validates the input, runs the sampler and
-sets ``posterior_`` (a :class:`~bdtree_jax.posterior.Posterior`), ``n_features_in_`` and, for
-DataFrames, ``feature_names_in_``; predictions average over the posterior draws.
+they fit in ``Pipeline`` and ``GridSearchCV``, which can tune a method object's options as
+``method__<option>``); ``fit`` builds the problem once, runs the method and sets ``posterior_`` (a
+:class:`~bdtree_jax.posterior.Posterior`), ``n_features_in_`` and, for DataFrames,
+``feature_names_in_``; predictions average over the posterior draws.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ..data import check_X
-from ..sampling import METHODS, sample
+from ..methods import Method, RunOptions, from_flat, method_from_name
+from ..methods.flat import TEMPERING_OPTIONS, method_options, warn_deprecated
+from ..priors import TreePrior
+from ..problem import build_problem
 from ._checks import _FeatureChecks
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor"]
 
+#: The prior's options, flat parameters of the estimators.
+_PRIOR_OPTIONS = tuple(f.name for f in dataclasses.fields(TreePrior))
+#: The run's options the estimators take (``devices`` is left to :func:`~bdtree_jax.sample`).
+_RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name != "devices")
+#: The deprecated flat keywords: every method option and the tempering options.
+_DEPRECATED = tuple(method_options()) + TEMPERING_OPTIONS
+
+
+def _store(estimator, params: dict) -> None:
+    """``__init__``'s parameters as attributes (scikit-learn's convention: no checks here), the
+    deprecated flat keywords in ``_deprecated``."""
+    estimator._deprecated = dict(params.pop("deprecated"))
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
 
 class _BayesianTree(_FeatureChecks, BaseEstimator):
     _task = ""
+    _leaf_options: tuple = ()
 
-    def _sampler_kwargs(self) -> dict:
-        params = self.get_params()
-        if params["method"] not in METHODS:
-            raise ValueError(f"{type(self).__name__}: unknown method {params['method']!r}; available: {METHODS}.")
+    def get_params(self, deep=True):
+        """The parameters, the deprecated flat keywords given included; with ``deep``, a method
+        object's options as ``method__<option>``."""
+        params = super().get_params(deep=False)
+        params.update(getattr(self, "_deprecated", {}))
+        if deep and isinstance(self.method, Method):
+            params.update((f"method__{k}", v) for k, v in self.method.options().items())
         return params
 
+    def set_params(self, **params):
+        """Set parameters; ``method__<option>`` replaces that option of the method (a frozen
+        object: ``dataclasses.replace``; a name becomes its default object first)."""
+        nested = {k.partition("__")[2]: params.pop(k) for k in list(params) if k.startswith("method__")}
+        # a keyword that is not a parameter goes with the deprecated ones (checked by fit)
+        flat = {k: params.pop(k) for k in list(params) if "__" not in k and k not in self._get_param_names()}
+        super().set_params(**params)
+        self._deprecated = {**getattr(self, "_deprecated", {}), **flat}
+        if nested:
+            where = f"{type(self).__name__}.set_params: "
+            try:
+                self.method = dataclasses.replace(method_from_name(self.method, where), **nested)
+            except TypeError as e:
+                raise ValueError(where + str(e)) from None
+        return self
+
     def _fit(self, X, y):
-        name = type(self).__name__
-        Xv, names = check_X(X, estimator=name)
-        kwargs = self._sampler_kwargs()
-        self.posterior_ = sample(X, y, task=self._task, **kwargs)
-        self._record_features(Xv.shape[1], names)
+        where = f"{type(self).__name__}: "
+        unknown = sorted(set(self._deprecated) - set(_DEPRECATED))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}.")
+        flat = {**{k: getattr(self, k) for k in _PRIOR_OPTIONS}, **self._deprecated}
+        method, flat_tempering, prior_options, moved = from_flat(self.method, flat, where=where)
+        warn_deprecated(moved, stacklevel=4)
+        if flat_tempering is not None and self.tempering is not None:
+            raise ValueError(f"{where}give tempering= or n_temperatures=/delta_t=, not both.")
+        try:
+            prior = TreePrior(**prior_options)
+            options = RunOptions(**{k: getattr(self, k) for k in _RUN_OPTIONS})
+        except ValueError as e:
+            raise ValueError(where + str(e)) from None
+        problem = build_problem(X, y, task=self._task, prior=prior, where=where, **method.problem_options(),
+                                likelihood={k: getattr(self, k) for k in self._leaf_options})
+        tempering = self.tempering if flat_tempering is None else flat_tempering
+        self.posterior_ = method.run(problem, options, tempering, where=where)
+        self._record_features(problem.n_features, problem.feature_names)
         return self
 
     def map_tree_text(self) -> str:
@@ -48,102 +103,36 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
 
     Parameters
     ----------
-    method : {"cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg", "wu"}
-        Sampler.  "cgm": Chipman, George & McCulloch (1998) grow/prune/change/swap MH on hard
-        trees.  "hmc-df" / "hmc-dfi": RJHMC-Tree (Cochrane et al. 2023) on soft trees, one split
-        feature per node / simplex weights over features (``posterior_`` is then a
-        :class:`~bdtree_jax.posterior.SoftTreePosterior`).  "pcfg": BCART-PCFG (Sullivan et al. 2023),
-        independent exact posterior draws by dynamic programming over boxes (``posterior_`` is a
-        :class:`~bdtree_jax.posterior.PCFGPosterior`).  "smc": top-down particle filtering
-        (Lakshminarayanan et al. 2013) on the same prior as "cgm" (``posterior_`` is an
-        :class:`~bdtree_jax.posterior.SMCPosterior`, with the evidence estimate ``log_evidence``).
-        "pg": Particle Gibbs (Lakshminarayanan et al. 2015), an MCMC chain whose every iteration
-        is a conditional SMC sweep with the current tree as the reference particle (same prior).
-        "wu": Wu, Tjelmeland & West (2007), CGM steps around a restructure move that redraws
-        the tree over its fixed leaf partition (same prior).
-    max_depth : int, default 6
-        Depth at which the tree prior is truncated (a node there is a leaf).
-    alpha, beta : float, default 0.95, 1.0
-        Split probability ``alpha * (1 + depth) ** -beta``.
-    min_leaf_size : int, default 1
-        A split is valid only if both children keep at least this many training rows.
-    split_prior : {"uniform", "range"}, default "uniform"
-        How the tree prior picks a rule's cut among the chosen feature's valid cuts ("cgm",
-        "smc", "pg"): uniformly (CGM98), or proportionally to the width of the cut's gap between
-        consecutive distinct training values ("range", Lakshminarayanan et al. 2013).
-    valid_cuts : {"data", "ancestors"}, default "data"
-        Where a node's valid cuts come from: the cuts that split its training rows (CGM98), or
-        the range its ancestors' rules leave (BART's rule availability; ``min_leaf_size`` then
-        truncates the prior).  "ancestors": methods "cgm" and "pg" (see :func:`~bdtree_jax.sample`).
-    structure : {"cgm", "pinball"}, default "cgm"
-        The tree-structure prior: CGM98's split probability ``alpha (1 + depth)**-beta``, or the
-        pinball prior (Wu, Tjelmeland & West 2007; the spec's [derived] parametrisation, see
-        :mod:`bdtree_jax.priors`): an explicit law of the number of leaves and a separate balance
-        law of each split (``alpha`` and ``beta`` are then not used).  "pinball" needs method
-        "cgm" with proposal None, "cgm" or "cgm+perturb", or method "wu".
-    pinball_rate, pinball_balance, pinball_max_leaves : float, float, int or None, default 3.0, 1.0, None
-        "pinball": leaves ``K - 1 ~ Poisson(pinball_rate)`` truncated at ``pinball_max_leaves``
-        (None: ``2**max_depth``, the most the depth allows); at a node holding ``k`` leaves the
-        left child's ``k_L - 1 ~ BetaBinomial(k - 2, pinball_balance, pinball_balance)`` (large:
-        balanced splits; < 1: unbalanced; 1: uniform).
-    concentration : float, default 1.0
+    method : str or Method, default "cgm"
+        The sampler: a method object (:class:`~bdtree_jax.methods.CGM`,
+        :class:`~bdtree_jax.methods.RJHMC`, :class:`~bdtree_jax.methods.PCFG`,
+        :class:`~bdtree_jax.methods.SMC`, :class:`~bdtree_jax.methods.PG`,
+        :class:`~bdtree_jax.methods.WU`, whose options are described there), or a name of
+        :data:`~bdtree_jax.methods.METHODS` for its defaults: "cgm" (Chipman, George &
+        McCulloch 1998), "hmc-df" / "hmc-dfi" (RJHMC-Tree on soft trees; ``posterior_`` is a
+        :class:`~bdtree_jax.posterior.SoftTreePosterior`), "pcfg" (exact draws; a
+        :class:`~bdtree_jax.posterior.PCFGPosterior`), "smc" (an
+        :class:`~bdtree_jax.posterior.SMCPosterior`), "pg" (Particle Gibbs), "wu" (Wu,
+        Tjelmeland & West 2007).  ``GridSearchCV`` tunes a method object's options as
+        ``method__<option>``.
+    max_depth, alpha, beta, min_leaf_size, split_prior, valid_cuts, structure, pinball_rate, pinball_balance, pinball_max_leaves
+        The tree prior, :class:`~bdtree_jax.priors.TreePrior`'s options (defaults 6, 0.95, 1.0,
+        1, "uniform", "data", "cgm", 3.0, 1.0, None): a node at depth ``d`` splits with
+        probability ``alpha * (1 + d) ** -beta`` up to ``max_depth``, both children keeping at
+        least ``min_leaf_size`` training rows (or the pinball structure prior).
+    concentration : float > 0, default 1.0
         Symmetric Dirichlet concentration of the leaf class probabilities.
-    move_probs : tuple or None
-        CGM (grow, prune, change, swap), default (0.25, 0.25, 0.40, 0.10); RJHMC (grow, prune,
-        stay) after warm-up, default (0.2, 0.2, 0.6).
-    num_warmup, num_samples : int, default 1000, 1000
-        Iterations per chain discarded and kept.
-    num_chains : int, default 4
-    seed : int, default 0
+    tempering : Tempering or None
+        Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
+    num_warmup, num_samples, num_chains, seed, checkpoint, block_size, chain_method
+        The run's options (:class:`~bdtree_jax.methods.RunOptions`; defaults 1000, 1000, 4, 0,
+        None, None, None).
     progress : bool or None, default False
         Show a progress bar (None: when stderr is a terminal).
-    checkpoint : str or None
-        Checkpoint file; an interrupted fit resumes from it.
-    h_init, h_final : float, default 0.025
-        RJHMC split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
-        annealed from ``h_init`` to ``h_final`` during warm-up.
-    schedule : {"fast", "paper"}
-        RJHMC: "fast" adapts NUTS once during warm-up and then runs ``leg_steps`` transitions per
-        leg (exact acceptance); "paper" re-adapts for 500 steps per leg like the reference code.
-    leg_steps : int, default 4
-    warmup_move_probs : tuple or None
-        RJHMC (grow, prune, stay) during warm-up, default (0.5, 0.25, 0.25).
-    log_phi : float, default 2.0
-        "pcfg": the prior ``Pr[T] ∝ φ^-b(T)`` over trees with ``b`` leaves (alpha and beta are not
-        used; ``max_depth`` bounds the depth, ``None`` for unbounded).
-    n_buckets : None, int or one int per feature
-        "pcfg": cut features with more distinct values into this many equal-width buckets.
-    proposal : str or None, default None
-        "cgm" method: "cgm" (the default: grow / prune / change / swap), "regrow" (prune a
-        uniformly chosen node's subtree and regrow it from the prior; Angelopoulos & Cussens 2005),
-        "cgm+regrow" (one of each) or "cgm+perturb" (one CGM and one perturb proposal: an internal
-        node's cut moved within an adaptive window, or its feature changed; Pratola 2016).  "smc"
-        and "pg" methods: "prior" (the default) or "posterior" (one-step optimal).
-    n_temperatures : int, default 1
-        Tempering (Metropolis-coupled MCMC; "cgm", "pg", "hmc-df", "hmc-dfi") with this many rungs; 1 is off.
-    delta_t : float, default 0.2
-        Inverse temperatures ``1 / (1 + delta_t * i)`` (MrBayes' default ladder).
-    box_constraints : list of dicts or None
-        Regions ``{feature: (low, high)}`` declared to have a constant response distribution: the
-        prior gives zero mass to trees that split inside a box.
-    initial_tree : Tree, tree string, fitted scikit-learn decision tree, or None
-        The EDITTREE prior: trees reached from this one by a geometric number of random edits.
-    mean_edits, max_edits : float, int, default 2.0, 20
-        Mean of the geometric number of edits and its truncation.
-    num_particles : int or None
-        "smc": particles per run (default 100); "pg": particles per sweep, the reference
-        included (default 10).
-    ess_threshold, resampling : float, str, default 0.1, "multinomial"
-        "smc": resampling when the effective sample size falls to
-        ``ess_threshold * num_particles``, and the resampling scheme ("multinomial" or
-        "systematic").  Each "smc" chain is an independent run whose ``num_samples`` draws are
-        resampled from its final particles (``num_warmup`` is not used).  "pg" resamples
-        multinomially before every stage.
-    n_local : int, default 25
-        "wu": CGM steps before and after the restructure move of every iteration.
-    restructure, max_groups : str, int, default "auto", 10
-        "wu": the restructure's variant: "auto" (the exact fibre-Gibbs draw when the tree has at
-        most ``max_groups`` leaves, else the MH move with Variant Π), "pi" or "gibbs".
+    **deprecated
+        The flat method keywords of earlier versions (``proposal=``, ``num_particles=``,
+        ``n_temperatures=`` ...: :func:`~bdtree_jax.methods.from_flat`); ``fit`` maps them onto the
+        method and warns ``DeprecationWarning`` with the new spelling.
 
     Attributes
     ----------
@@ -162,89 +151,16 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
     """
 
     _task = "classification"
+    _leaf_options = ("concentration",)
 
-    def __init__(
-        self,
-        method: str = "cgm",
-        *,
-        max_depth: int = 6,
-        alpha: float = 0.95,
-        beta: float = 1.0,
-        min_leaf_size: int = 1,
-        split_prior: str = "uniform",
-        valid_cuts: str = "data",
-        structure: str = "cgm",
-        pinball_rate: float = 3.0,
-        pinball_balance: float = 1.0,
-        pinball_max_leaves: int | None = None,
-        concentration: float = 1.0,
-        move_probs: tuple | None = None,
-        num_warmup: int = 1000,
-        num_samples: int = 1000,
-        num_chains: int = 4,
-        seed: int = 0,
-        progress: bool | None = False,
-        checkpoint: str | None = None,
-        h_init: float = 0.025,
-        h_final: float = 0.025,
-        schedule: str = "fast",
-        leg_steps: int = 4,
-        warmup_move_probs: tuple | None = None,
-        log_phi: float = 2.0,
-        n_buckets=None,
-        proposal: str | None = None,
-        n_temperatures: int = 1,
-        delta_t: float = 0.2,
-        box_constraints=None,
-        initial_tree=None,
-        mean_edits: float = 2.0,
-        max_edits: int = 20,
-        num_particles: int | None = None,
-        ess_threshold: float = 0.1,
-        resampling: str = "multinomial",
-        n_local: int = 25,
-        restructure: str = "auto",
-        max_groups: int = 10,
-    ):
-        self.method = method
-        self.max_depth = max_depth
-        self.alpha = alpha
-        self.beta = beta
-        self.min_leaf_size = min_leaf_size
-        self.split_prior = split_prior
-        self.valid_cuts = valid_cuts
-        self.structure = structure
-        self.pinball_rate = pinball_rate
-        self.pinball_balance = pinball_balance
-        self.pinball_max_leaves = pinball_max_leaves
-        self.concentration = concentration
-        self.move_probs = move_probs
-        self.num_warmup = num_warmup
-        self.num_samples = num_samples
-        self.num_chains = num_chains
-        self.seed = seed
-        self.progress = progress
-        self.checkpoint = checkpoint
-        self.h_init = h_init
-        self.h_final = h_final
-        self.schedule = schedule
-        self.leg_steps = leg_steps
-        self.warmup_move_probs = warmup_move_probs
-        self.log_phi = log_phi
-        self.n_buckets = n_buckets
-        self.proposal = proposal
-        self.n_temperatures = n_temperatures
-        self.delta_t = delta_t
-        self.box_constraints = box_constraints
-        self.initial_tree = initial_tree
-        self.mean_edits = mean_edits
-        self.max_edits = max_edits
-        self.num_particles = num_particles
-        self.ess_threshold = ess_threshold
-        self.resampling = resampling
-        self.n_local = n_local
-        self.restructure = restructure
-        self.max_groups = max_groups
+    def __init__(self, method="cgm", *, max_depth: int = 6, alpha: float = 0.95, beta: float = 1.0,
+                 min_leaf_size: int = 1, split_prior: str = "uniform", valid_cuts: str = "data",
+                 structure: str = "cgm", pinball_rate: float = 3.0, pinball_balance: float = 1.0,
+                 pinball_max_leaves: int | None = None, concentration: float = 1.0, tempering=None,
+                 num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
+                 progress: bool | None = False, checkpoint: str | None = None, block_size: int | None = None,
+                 chain_method: str | None = None, **deprecated):
+        _store(self, locals())
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""
@@ -285,95 +201,17 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
     """
 
     _task = "regression"
+    _leaf_options = ("nu", "lam", "a", "mu_bar")
 
-    def __init__(
-        self,
-        method: str = "cgm",
-        *,
-        max_depth: int = 6,
-        alpha: float = 0.95,
-        beta: float = 1.0,
-        min_leaf_size: int = 1,
-        split_prior: str = "uniform",
-        valid_cuts: str = "data",
-        structure: str = "cgm",
-        pinball_rate: float = 3.0,
-        pinball_balance: float = 1.0,
-        pinball_max_leaves: int | None = None,
-        nu: float | None = None,
-        lam: float | None = None,
-        a: float | None = None,
-        mu_bar: float | None = None,
-        move_probs: tuple | None = None,
-        num_warmup: int = 1000,
-        num_samples: int = 1000,
-        num_chains: int = 4,
-        seed: int = 0,
-        progress: bool | None = False,
-        checkpoint: str | None = None,
-        h_init: float = 0.025,
-        h_final: float = 0.025,
-        schedule: str = "fast",
-        leg_steps: int = 4,
-        warmup_move_probs: tuple | None = None,
-        log_phi: float = 2.0,
-        n_buckets=None,
-        proposal: str | None = None,
-        n_temperatures: int = 1,
-        delta_t: float = 0.2,
-        box_constraints=None,
-        initial_tree=None,
-        mean_edits: float = 2.0,
-        max_edits: int = 20,
-        num_particles: int | None = None,
-        ess_threshold: float = 0.1,
-        resampling: str = "multinomial",
-        n_local: int = 25,
-        restructure: str = "auto",
-        max_groups: int = 10,
-    ):
-        self.method = method
-        self.max_depth = max_depth
-        self.alpha = alpha
-        self.beta = beta
-        self.min_leaf_size = min_leaf_size
-        self.split_prior = split_prior
-        self.valid_cuts = valid_cuts
-        self.structure = structure
-        self.pinball_rate = pinball_rate
-        self.pinball_balance = pinball_balance
-        self.pinball_max_leaves = pinball_max_leaves
-        self.nu = nu
-        self.lam = lam
-        self.a = a
-        self.mu_bar = mu_bar
-        self.move_probs = move_probs
-        self.num_warmup = num_warmup
-        self.num_samples = num_samples
-        self.num_chains = num_chains
-        self.seed = seed
-        self.progress = progress
-        self.checkpoint = checkpoint
-        self.h_init = h_init
-        self.h_final = h_final
-        self.schedule = schedule
-        self.leg_steps = leg_steps
-        self.warmup_move_probs = warmup_move_probs
-        self.log_phi = log_phi
-        self.n_buckets = n_buckets
-        self.proposal = proposal
-        self.n_temperatures = n_temperatures
-        self.delta_t = delta_t
-        self.box_constraints = box_constraints
-        self.initial_tree = initial_tree
-        self.mean_edits = mean_edits
-        self.max_edits = max_edits
-        self.num_particles = num_particles
-        self.ess_threshold = ess_threshold
-        self.resampling = resampling
-        self.n_local = n_local
-        self.restructure = restructure
-        self.max_groups = max_groups
+    def __init__(self, method="cgm", *, max_depth: int = 6, alpha: float = 0.95, beta: float = 1.0,
+                 min_leaf_size: int = 1, split_prior: str = "uniform", valid_cuts: str = "data",
+                 structure: str = "cgm", pinball_rate: float = 3.0, pinball_balance: float = 1.0,
+                 pinball_max_leaves: int | None = None, nu: float | None = None, lam: float | None = None,
+                 a: float | None = None, mu_bar: float | None = None, tempering=None, num_warmup: int = 1000,
+                 num_samples: int = 1000, num_chains: int = 4, seed: int = 0, progress: bool | None = False,
+                 checkpoint: str | None = None, block_size: int | None = None, chain_method: str | None = None,
+                 **deprecated):
+        _store(self, locals())
 
     def fit(self, X, y):
         """Sample the posterior over trees given training data; returns self."""

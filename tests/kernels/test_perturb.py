@@ -16,7 +16,7 @@ from bdtree_jax.kernels import cgm, perturb, tempering
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
 from bdtree_jax.priors import TreePrior
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, to_string
 
 # 16 chains x 20,000 iterations: the Monte Carlo TV of cgm+perturb on these supports (<= 300

@@ -12,7 +12,7 @@ import bdtree_jax as bd
 from bdtree_jax.exact import dm_log_lik, soft_topology_posterior, topology_string, tv_distance
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.kernels.rjhmc import RJHMCConfig, rjhmc
-from bdtree_jax.sampling import run_chains, trace_count
+from bdtree_jax.driver import run_chains, trace_count
 from bdtree_jax.soft import annealed_h, annealing_window
 
 H, ALPHA, BETA = 0.1, 0.9, 0.5
@@ -223,7 +223,7 @@ def test_draws_do_not_depend_on_the_number_of_chains(tiny):
 
 def test_checkpoint_resume_gives_the_identical_chain(tiny, tmp_path, monkeypatch):
     """The RJHMC state carries NUTS's typed PRNG keys; an interrupted run resumes bit-identically."""
-    from bdtree_jax import sampling
+    from bdtree_jax import driver as sampling
 
     X, y = tiny
     algorithm = rjhmc(_config("df"))

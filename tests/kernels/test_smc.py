@@ -163,7 +163,7 @@ def test_sample_smc_api_and_reproducibility():
         (dict(method="cgm", grow="layer"), "grow is an option of method='smc'"),
         (dict(method="smc", n_temperatures=3), "n_temperatures is an option of method='cgm'"),
         (dict(method="smc", box_constraints=[{0: (None, 1.0)}]), "box_constraints is an option of method='cgm'"),
-        (dict(method="smc", move_probs=(0.5, 0.5, 0, 0)), "move_probs is an MCMC option"),
+        (dict(method="smc", move_probs=(0.5, 0.5, 0, 0)), "move_probs is an option of method='cgm'"),
         (dict(method="cgm", num_particles=10), "num_particles is an option of method='smc'"),
         (dict(method="cgm", proposal="prior"), "proposal must be one of"),
     ],

@@ -32,7 +32,7 @@ from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequenc
 from bdtree_jax.kernels import cgm, tempering, wu
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior
-from bdtree_jax.sampling import run_chains
+from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, to_string
 
 # K = 4 leaves {0,2} {1} {3} {4,5} of the toy rows: a 36-tree fibre at depth 3, 4 trees at depth 2

@@ -1,0 +1,101 @@
+"""The one-call API: :func:`sample` builds the problem once and runs a method on it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .methods import RunOptions, from_flat
+from .methods.flat import warn_deprecated
+from .priors import TreePrior
+from .problem import build_problem
+from .problem.tree import LIKELIHOOD_OPTIONS
+
+__all__ = ["sample"]
+
+#: The flat keywords of :class:`~bdtree_jax.priors.TreePrior`.
+PRIOR_OPTIONS = tuple(f.name for f in dataclasses.fields(TreePrior))
+#: The flat keywords of the leaf models (``likelihood=`` as a mapping).
+LEAF_OPTIONS = tuple(dict.fromkeys(k for keys in LIKELIHOOD_OPTIONS.values() for k in keys))
+
+
+def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior | None = None, likelihood=None,
+           tempering=None, num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
+           progress: bool | None = None, checkpoint=None, block_size: int | None = None, devices=None,
+           chain_method: str | None = None, **deprecated):
+    """Sample the posterior over trees for data ``(X, y)``.
+
+    Parameters
+    ----------
+    X : array-like or DataFrame of shape (n_samples, n_features), numeric.
+    y : array-like of shape (n_samples,): class labels or a real response.
+    method : str or Method, default "cgm"
+        A method object (:class:`~bdtree_jax.methods.CGM`, :class:`~bdtree_jax.methods.RJHMC`,
+        :class:`~bdtree_jax.methods.PCFG`, :class:`~bdtree_jax.methods.SMC`,
+        :class:`~bdtree_jax.methods.PG`, :class:`~bdtree_jax.methods.WU`; their options are
+        described there) or a name of :data:`~bdtree_jax.methods.METHODS` for its defaults.
+    task : {"classification", "regression"}, default "classification"
+    prior : TreePrior or None (the default ``TreePrior()``).
+    likelihood : None, a mapping or a likelihood, default None
+        The leaf model (:func:`~bdtree_jax.problem.build_problem`): None for the task's default;
+        a mapping of its hyperparameters, ``{"concentration": 0.5}`` (classification) or any of
+        ``nu``, ``lam``, ``a``, ``mu_bar`` (regression; absent or None: data-based defaults); or a
+        :class:`~bdtree_jax.likelihoods.DirichletMultinomial` /
+        :class:`~bdtree_jax.likelihoods.NormalMeanShift`.
+    tempering : Tempering or None
+        Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
+    num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method
+        The run's options (:class:`~bdtree_jax.methods.RunOptions`).
+    **deprecated
+        The flat keywords of earlier versions: method options (``proposal=``,
+        ``num_particles=`` ...; :func:`~bdtree_jax.methods.from_flat`), ``n_temperatures=`` /
+        ``delta_t=``, the prior's (``max_depth=`` ...) and the leaf model's (``concentration=``
+        ...).  Each warns ``DeprecationWarning`` with its new spelling.
+
+    Returns
+    -------
+    Posterior
+        Draws ``(num_chains, num_samples, ...)`` (a subclass for RJHMC, PCFG and SMC).
+
+    Examples
+    --------
+    >>> import bdtree_jax as bd
+    >>> X, y = bd.datasets.load("iris")
+    >>> post = bd.sample(X, y, method=bd.CGM(), prior=bd.TreePrior(max_depth=3), num_warmup=200,
+    ...                  num_samples=200, num_chains=2)
+    >>> post.predict(X[:2]).tolist()
+    ['Iris-setosa', 'Iris-setosa']
+    """
+    where = "sample: "
+    method, tempering, prior, likelihood = _from_deprecated(method, deprecated, tempering, prior, likelihood, where)
+    try:
+        options = RunOptions(num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices,
+                             chain_method)
+    except ValueError as e:
+        raise ValueError(where + str(e)) from None
+    problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where, **method.problem_options())
+    return method.run(problem, options, tempering, where=where)
+
+
+def _from_deprecated(method, flat: dict, tempering, prior, likelihood, where: str):
+    """The method, tempering, prior and likelihood once the deprecated flat keywords ``flat`` are
+    mapped onto them (each with a ``DeprecationWarning``)."""
+    method, flat_tempering, rest, moved = from_flat(method, flat, where=where)
+    prior_options = {k: rest.pop(k) for k in PRIOR_OPTIONS if k in rest}
+    leaf_options = {k: v for k, v in ((k, rest.pop(k)) for k in LEAF_OPTIONS if k in rest) if v is not None}
+    if rest:
+        raise TypeError(f"sample() got unexpected keyword arguments {sorted(rest)}.")
+    for name, given, flat_value in (("tempering", tempering, flat_tempering), ("prior", prior, prior_options),
+                                    ("likelihood", likelihood, leaf_options)):
+        if given is not None and flat_value:
+            raise ValueError(f"{where}give {name}= or its flat keywords, not both.")
+    if prior_options:
+        try:
+            prior = TreePrior(**prior_options)
+        except (ValueError, TypeError) as e:
+            raise ValueError(where + str(e)) from None
+        moved += [(k, f"prior=bd.TreePrior({k}={v!r})") for k, v in prior_options.items()]
+    if leaf_options:
+        likelihood = leaf_options
+        moved += [(k, f"likelihood={{{k!r}: {v!r}}}") for k, v in leaf_options.items()]
+    warn_deprecated(moved, stacklevel=4)
+    return method, tempering if flat_tempering is None else flat_tempering, prior, likelihood

@@ -1,0 +1,298 @@
+"""What every method shares: the run options, tempering, and the base classes.
+
+A method is a frozen dataclass of its own options, validated when it is made.  Given a
+:class:`~bdtree_jax.problem.TreeProblem` (built once per fit), :meth:`Method.run` checks that the
+problem's prior suits the method, builds the method's kernel, runs it through the driver
+(:mod:`bdtree_jax.driver`) and returns a posterior.  MCMC methods (:class:`MCMCMethod`) build a
+:class:`~bdtree_jax.kernels.base.SamplingAlgorithm` and share the whole run; adding a method is one
+new class.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..driver import BLOCK_SIZE, CHAIN_METHODS, plan_chains, run_chains
+from ..kernels import tempering as tempering_kernel
+from ..problem import TreeProblem
+
+__all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "with_tempering",
+           "independent_stats"]
+
+
+def check_integer(name: str, value, low: int) -> None:
+    """``value`` is an integer (not a bool) >= ``low``, else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How long and where a method runs (the driver's options, not a method's).
+
+    Parameters
+    ----------
+    num_warmup : int >= 0, default 1000
+        Iterations per chain discarded (MCMC methods; SMC and PCFG need none and ignore it).
+    num_samples : int, default 1000
+        Draws kept per chain (>= 1; >= 0 for SMC and PCFG).
+    num_chains : int >= 1, default 4
+        Independent chains (SMC: independent runs; PCFG: independent sets of exact draws).
+    seed : int, default 0
+        Chain ``c`` uses the key ``fold_in(key(seed), c)``: the same seed and options give the same
+        draws whatever the number of chains, devices or the block size.
+    progress : bool or None, default None
+        Show a tqdm progress bar (None: when stderr is a terminal).
+    checkpoint : str, path or None
+        A checkpoint file: written as the run goes, and an interrupted run given the same file
+        resumes from it with the same result.
+    block_size : int >= 1 or None
+        Iterations per compiled block (and between checkpoints); None: the method's default
+        (:data:`~bdtree_jax.driver.CGM_BLOCK_SIZE` for CGM, whose steps take microseconds, else
+        :data:`~bdtree_jax.driver.BLOCK_SIZE`).
+    devices : sequence of JAX devices or None
+        Devices to spread the chains over (default: all; :func:`~bdtree_jax.driver.chain_devices`).
+    chain_method : "sequential", "vectorized" or None
+        How the chains of one device run: looped with ``lax.map`` (the default on CPU) or
+        ``vmap``-ped (the default on accelerators).  Decided once per run
+        (:func:`~bdtree_jax.driver.plan_chains`); the kernels are built for it.
+    """
+
+    num_warmup: int = 1000
+    num_samples: int = 1000
+    num_chains: int = 4
+    seed: int = 0
+    progress: bool | None = None
+    checkpoint: str | os.PathLike | None = None
+    block_size: int | None = None
+    devices: tuple | None = None
+    chain_method: str | None = None
+
+    def __post_init__(self):
+        for name, low in (("num_warmup", 0), ("num_samples", 0), ("num_chains", 1)):
+            check_integer(name, getattr(self, name), low)
+        if self.block_size is not None:
+            check_integer("block_size", self.block_size, 1)
+        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer; got {self.seed!r}.")
+        if self.chain_method is not None and self.chain_method not in CHAIN_METHODS:
+            raise ValueError(f"chain_method must be one of {CHAIN_METHODS} or None; got {self.chain_method!r}.")
+        if self.devices is not None:
+            object.__setattr__(self, "devices", tuple(self.devices))
+
+
+@dataclass(frozen=True)
+class Tempering:
+    """Metropolis-coupled MCMC (:mod:`~bdtree_jax.kernels.tempering`) for the methods that
+    support it (CGM, RJHMC, PG, WU).
+
+    Parameters
+    ----------
+    n_temperatures : int >= 1, default 1
+        Rungs of the ladder; 1 turns tempering off.
+    delta_t : float > 0, default 0.2
+        Rung ``i`` has the inverse temperature ``1 / (1 + delta_t * i)`` (MrBayes' ladder) and
+        targets prior x likelihood**beta; a swap between two random rungs is proposed after every
+        iteration and only the cold rung (beta = 1) is recorded.
+    """
+
+    n_temperatures: int = 1
+    delta_t: float = 0.2
+
+    def __post_init__(self):
+        tempering_kernel.ladder(self.n_temperatures, self.delta_t)  # validates both
+
+    @property
+    def betas(self) -> tuple:
+        """The inverse temperatures, ``(n_temperatures,)`` floats, the first 1."""
+        return tempering_kernel.ladder(self.n_temperatures, self.delta_t)
+
+
+class Kernel(NamedTuple):
+    """A method's kernel for one problem and run: what the driver steps and records.
+
+    data : the pytree of arrays every step reads.
+    config : the static configuration (its ``repr`` goes into the run's info and checkpoints).
+    algorithm : the :class:`~bdtree_jax.kernels.base.SamplingAlgorithm`.
+    """
+
+    data: Any
+    config: Any
+    algorithm: Any
+
+
+def with_tempering(algorithm, betas: tuple, chain_method: str):
+    """``algorithm`` over the ladder ``betas`` (itself for one rung), its rungs ``vmap``-ped when
+    the chains are (``chain_method="vectorized"``) and looped otherwise: the one place a kernel
+    reads how chains share a device."""
+    if len(betas) == 1:
+        return algorithm
+    return tempering_kernel.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+
+
+@dataclass(frozen=True)
+class Method:
+    """Base of the methods.  Subclasses are frozen dataclasses of their options and define
+    :attr:`name` and :meth:`run`."""
+
+    #: the method's name (``method=`` as a string).
+    name: ClassVar[str] = ""
+    #: supports :class:`Tempering`.
+    tempers: ClassVar[bool] = False
+    #: the fewest ``num_samples`` a run takes.
+    min_samples: ClassVar[int] = 1
+    #: the iterations per compiled block when :attr:`RunOptions.block_size` is None.
+    default_block_size: ClassVar[int] = BLOCK_SIZE
+    #: the tree-structure priors (``TreePrior.structure``) the method samples.
+    structures: ClassVar[tuple] = ("cgm",)
+    #: the method has a tree prior of its own (RJHMC, PCFG): CGM98's rule options do not apply.
+    own_prior: ClassVar[bool] = False
+
+    def options(self) -> dict:
+        """The method's options, ``{field: value}``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def problem_options(self) -> dict:
+        """The keyword arguments of :func:`~bdtree_jax.problem.build_problem` the method sets
+        (CGM: its ``box_constraints``)."""
+        return {}
+
+    def check(self, problem: TreeProblem, where: str = "") -> None:
+        """Raise a ``ValueError`` if the problem's prior is one the method does not sample."""
+        prior = problem.prior
+        if prior.structure not in self.structures:
+            raise ValueError(
+                f"{where}structure={prior.structure!r} is supported by method='cgm' (proposal 'cgm' or "
+                f"'cgm+perturb') and method='wu'; method={self.name!r} " + (
+                    "has its own prior." if self.own_prior else
+                    "draws trees or rules from the CGM98 prior's generative process."))
+        if prior.valid_cuts != "data":
+            if not self._ancestors_supported():
+                raise ValueError(
+                    f"{where}valid_cuts='ancestors' is supported by method='cgm' with proposal='cgm' and by "
+                    f"method='pg' with proposal='prior'; got method={self.name!r}, "
+                    f"proposal={getattr(self, 'proposal', None)!r}.")
+            for name, used in (("structure", prior.structure != "cgm"),
+                               ("box_constraints", problem.box_constraints is not None),
+                               ("initial_tree", getattr(self, "initial_tree", None) is not None)):
+                if used:
+                    raise ValueError(f"{where}valid_cuts='ancestors' does not support {name} (only structure='cgm', "
+                                     "without box constraints or an initial tree).")
+        if self.own_prior and prior.split_prior != "uniform":
+            raise ValueError(
+                f"{where}split_prior is an option of the CGM98 tree prior (methods 'cgm', 'wu', 'smc', 'pg'); "
+                f"method={self.name!r} has its own prior and does not use it.")
+
+    def _ancestors_supported(self) -> bool:
+        return False
+
+    def _start(self, problem: TreeProblem, options: RunOptions | None, tempering: Tempering | None,
+               where: str) -> tuple[RunOptions, tuple]:
+        """Check the problem and the run's options for this method; returns the options and the
+        ladder of inverse temperatures."""
+        options = RunOptions() if options is None else options
+        if options.num_samples < self.min_samples:
+            raise ValueError(f"{where}num_samples must be an integer >= {self.min_samples}; got "
+                             f"{options.num_samples!r}.")
+        tempering = Tempering() if tempering is None else tempering
+        if tempering.n_temperatures > 1 and not self.tempers:
+            raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
+                             f"method={self.name!r} does not use it.")
+        self.check(problem, where)
+        return options, tempering.betas
+
+    def run(self, problem: TreeProblem, options: RunOptions | None = None, tempering: Tempering | None = None, *,
+            where: str = ""):
+        """Sample the posterior of ``problem``.
+
+        Parameters
+        ----------
+        problem : TreeProblem from :func:`~bdtree_jax.problem.build_problem`.
+        options : RunOptions or None (the defaults).
+        tempering : Tempering or None (no tempering).
+        where : prefix of error messages.
+
+        Returns
+        -------
+        Posterior (or the method's subclass of it).
+        """
+        raise NotImplementedError
+
+
+def independent_stats(trees, log_lik: np.ndarray, log_prior: np.ndarray, n_leaves: np.ndarray | None = None):
+    """The per-draw statistics of independent draws (SMC, PCFG), as an MCMC posterior records them.
+
+    Parameters
+    ----------
+    trees : Tree of (C, S, N) arrays.
+    log_lik, log_prior : (C, S) arrays.
+    n_leaves : (C, S) ints, or None to count them.
+
+    Returns
+    -------
+    stats : dict of (C, S) arrays: ``log_lik``, ``log_prior`` (float32), ``n_leaves``, ``depth``
+        (int32), ``accepted`` (all True), ``move`` (0) and ``log_posterior``.
+    warmup_stats : the same keys with no iterations, (C, 0).
+    """
+    from ..tree import Tree, n_leaves as count_leaves, tree_depth
+
+    shape = log_lik.shape
+    flat = Tree(*(jnp.asarray(a.reshape(-1, a.shape[-1])) for a in trees))
+    if n_leaves is None:
+        n_leaves = np.asarray(jax.vmap(count_leaves)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)
+    depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)
+    stats = dict(log_lik=log_lik.astype(np.float32), log_prior=log_prior.astype(np.float32),
+                 n_leaves=n_leaves.astype(np.int32), depth=depth.astype(np.int32), accepted=np.ones(shape, bool),
+                 move=np.zeros(shape, np.int32))
+    stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
+    return stats, {k: v[:, :0] for k, v in stats.items()}
+
+
+@dataclass(frozen=True)
+class MCMCMethod(Method):
+    """A method whose chains run through :func:`~bdtree_jax.driver.run_chains`: it builds a
+    :class:`Kernel` and turns the traces into a posterior."""
+
+    tempers: ClassVar[bool] = True
+
+    def kernel(self, problem: TreeProblem, chain_method: str, betas: tuple, num_warmup: int, where: str = "") -> Kernel:
+        """The kernel for ``problem``, built for how the chains share a device (``chain_method``)
+        and the tempering ladder ``betas``."""
+        raise NotImplementedError
+
+    def posterior(self, traces: dict, problem: TreeProblem, kernel: Kernel, num_warmup: int, info: dict):
+        """The posterior of the driver's traces (hard trees; RJHMC overrides)."""
+        from ..posterior import posterior_from_traces
+
+        return posterior_from_traces(traces, num_warmup, method=self.name, info=info, **problem.posterior_fields())
+
+    def _info(self, kernel: Kernel, betas: tuple, problem: TreeProblem) -> dict:
+        """Run metadata beyond the seed, lengths, timing and config."""
+        return dict(proposal=getattr(self, "proposal", "cgm"), betas=betas, box_constraints=None, edit=None)
+
+    def _fingerprint(self, kernel: Kernel, betas: tuple, problem: TreeProblem):
+        return (self.name, kernel.config, problem.prior)
+
+    def run(self, problem, options=None, tempering=None, *, where=""):
+        options, betas = self._start(problem, options, tempering, where)
+        plan = plan_chains(options.num_chains, options.devices, options.chain_method)
+        kernel = self.kernel(problem, plan.chain_method, betas, options.num_warmup, where)
+        block_size = self.default_block_size if options.block_size is None else options.block_size
+        t0 = time.perf_counter()
+        traces, _ = run_chains(
+            kernel.algorithm, kernel.data, key=jax.random.key(options.seed), num_chains=options.num_chains,
+            num_iterations=options.num_warmup + options.num_samples, block_size=block_size,
+            progress=options.progress, checkpoint=options.checkpoint,
+            fingerprint=self._fingerprint(kernel, betas, problem), description=self.name, plan=plan,
+        )
+        seconds = time.perf_counter() - t0
+        info = dict(seed=options.seed, num_warmup=options.num_warmup, num_samples=options.num_samples,
+                    seconds=seconds, config=repr(kernel.config), **self._info(kernel, betas, problem))
+        return self.posterior(traces, problem, kernel, options.num_warmup, info)

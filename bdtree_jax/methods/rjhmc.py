@@ -1,0 +1,134 @@
+"""RJHMC-Tree (Cochrane et al. 2023): reversible-jump MCMC over soft trees with NUTS legs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..kernels import tempering as tempering_kernel
+from ..kernels.rjhmc import RJHMCConfig, rjhmc
+from ..soft import minmax_scaler
+from .base import Kernel, MCMCMethod
+
+__all__ = ["RJHMC", "KINDS"]
+
+KINDS = ("df", "dfi")
+
+
+@dataclass(frozen=True)
+class RJHMC(MCMCMethod):
+    """RJHMC-Tree on soft trees (:mod:`~bdtree_jax.kernels.rjhmc`): every iteration proposes a
+    grow, prune or stay of the topology and moves the continuous parameters (thresholds, leaf
+    parameters) with NUTS legs; the split sharpness ``h`` is annealed during warm-up.  The
+    posterior is a :class:`~bdtree_jax.posterior.SoftTreePosterior`.
+
+    The tree prior is the problem's ``alpha (1 + depth)**-beta`` up to ``max_depth`` (at most 10),
+    conditioned on the root splitting; ``min_leaf_size``, ``split_prior``, ``valid_cuts`` and
+    ``structure`` do not apply.  Classification uses the Dirichlet ``concentration``; regression
+    its own leaf priors (``mu_bar`` sets the leaf mean's prior mean, default 0; ``nu``, ``lam``,
+    ``a`` do not apply).
+
+    Parameters
+    ----------
+    kind : {"df", "dfi"}, default "df"
+        "df" (method name "hmc-df"): one split feature per node; "dfi" ("hmc-dfi"): simplex
+        weights over the features.
+    schedule : {"fast", "paper"}, default "fast"
+        "fast": one global NUTS adaptation during warm-up, then ``leg_steps`` NUTS transitions per
+        leg; "paper": 500 NUTS warm-up steps and one draw per leg, as the reference code.
+    h_init, h_final : float > 0, default 0.025
+        Split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
+        annealed from ``h_init`` down to ``h_final`` during warm-up.
+    leg_steps : int >= 1, default 4
+        NUTS transitions per leg ("fast").
+    move_probs : (3,) tuple or None
+        (grow, prune, stay) after warm-up; None: (0.2, 0.2, 0.6).
+    warmup_move_probs : (3,) tuple or None
+        (grow, prune, stay) during warm-up; None: (0.5, 0.25, 0.25).
+    """
+
+    kind: str = "df"
+    schedule: str = "fast"
+    h_init: float = 0.025
+    h_final: float = 0.025
+    leg_steps: int = 4
+    move_probs: tuple | None = None
+    warmup_move_probs: tuple | None = None
+
+    own_prior: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}.")
+        for name in ("move_probs", "warmup_move_probs"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        try:
+            self.config("classification", max_depth=1, num_warmup=0)
+        except (ValueError, TypeError) as e:
+            raise ValueError(str(e).removeprefix("RJHMCConfig: ")) from None
+
+    @property
+    def name(self) -> str:
+        """"hmc-df" or "hmc-dfi"."""
+        return f"hmc-{self.kind}"
+
+    def config(self, task: str, *, max_depth: int, num_warmup: int, alpha: float = 0.95, beta: float = 1.0,
+               n_classes: int = 2, concentration: float = 1.0, mu_mean: float = 0.0) -> RJHMCConfig:
+        """The kernel's static configuration for a task, prior and warm-up length."""
+        return RJHMCConfig(
+            task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=self.h_init,
+            h_final=self.h_final, schedule=self.schedule, num_warmup=int(num_warmup),
+            warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else (0.5, 0.25, 0.25),
+            move_probs=self.move_probs if self.move_probs is not None else (0.2, 0.2, 0.6),
+            leg_steps=self.leg_steps, n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
+        )
+
+    def check(self, problem, where=""):
+        super().check(problem, where)
+        if problem.prior.min_leaf_size != 1:
+            raise ValueError(f"{where}min_leaf_size is not defined for soft trees ({self.name}); leave it at 1.")
+        for name in ("nu", "lam", "a"):
+            if name in problem.likelihood_options:
+                raise ValueError(f"{where}{name} belongs to CGM's conjugate leaf prior; {self.name} does not use it.")
+
+    def kernel(self, problem, chain_method, betas, num_warmup, where=""):
+        prior = problem.prior
+        x_min, x_range = minmax_scaler(problem.X)
+        scaled = ((problem.X - x_min) / x_range).astype(np.float32)
+        classification = problem.task == "classification"
+        try:
+            config = self.config(
+                problem.task, max_depth=prior.max_depth, num_warmup=num_warmup, alpha=prior.alpha, beta=prior.beta,
+                n_classes=len(problem.classes) if classification else 2,
+                concentration=float(problem.likelihood.concentration) if classification else 1.0,
+                mu_mean=float(problem.likelihood_options.get("mu_bar", 0.0)),
+            )
+        except (ValueError, TypeError) as e:
+            raise ValueError(where + str(e).removeprefix("RJHMCConfig: ")) from None
+        algorithm = rjhmc(config)
+        if len(betas) > 1:
+            # Rungs in a loop whatever the chains do: a NUTS leg's length varies from rung to rung,
+            # and a vmap over rungs would make every rung wait for the longest.
+            algorithm = tempering_kernel.tempered(algorithm, tuple(betas))
+        data = {"X": jnp.asarray(scaled), "y": jnp.asarray(problem.train_y)}
+        return Kernel(data, config, algorithm)
+
+    def _info(self, kernel, betas, problem):
+        return dict(betas=betas)
+
+    def _fingerprint(self, kernel, betas, problem):
+        return (self.name, kernel.config, tuple(betas))
+
+    def posterior(self, traces, problem, kernel, num_warmup, info):
+        from ..posterior import soft_posterior_from_traces
+
+        x_min, x_range = minmax_scaler(problem.X)
+        return soft_posterior_from_traces(
+            traces, num_warmup, config=kernel.config, x_min=x_min, x_range=x_range, task=problem.task,
+            classes=problem.classes, feature_names=problem.names, train_X=np.asarray(kernel.data["X"]),
+            train_y=problem.train_y, method=self.name, info=info,
+        )
