@@ -240,9 +240,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     ----------
     classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
     posterior_ : BARTClassifierPosterior
-    feature_importances_ : (F,) posterior mean variable-inclusion proportions.
-    n_features_in_ : int
-    feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    feature_importances_, n_features_in_, feature_names_in_
+        As :class:`BARTRegressor`.
     """
 
     def __init__(
