@@ -259,7 +259,7 @@ def run_one(cfg: dict) -> dict:
     from bdtree_jax import pcfg
     from bdtree_jax.likelihoods import DirichletMultinomial
 
-    pcfg_sha = _file_hash(pcfg.__file__)  # the version imported
+    pcfg_sha = _file_hash(pcfg.grammar.__file__)  # the version imported
     X, y_codes, n_classes = _load_xy(cfg)
     codes, boundary_cut = pcfg.code_features(X, cfg["buckets"])
     lik = DirichletMultinomial(n_classes, 1.0)
@@ -272,7 +272,7 @@ def run_one(cfg: dict) -> dict:
 
     compile_spans = _Intervals()
     jax.monitoring.register_event_duration_secs_listener(compile_spans.listener)
-    phases = _PhaseTimers(pcfg)
+    phases = _PhaseTimers(pcfg.grammar)
     n_codes = codes.max(axis=0) + 1
     out = dict(cfg=cfg, pcfg_sha=pcfg_sha, n_rows=int(codes.shape[0]), n_features=int(codes.shape[1]),
                n_codes=[int(b) for b in n_codes], K=int(np.sum(n_codes - 1)), status="ok")
