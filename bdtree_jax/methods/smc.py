@@ -31,24 +31,24 @@ class SMC(Method):
     ----------
     num_particles : int >= 1, default 100
         Particles per run.
+    n_islands : int >= 1 dividing ``num_particles``, default 1
+        Independent particle systems, each resampling on its own.
     proposal : {"prior", "posterior"}, default "prior"
         How a particle decides its next node: from the prior, or the one-step-optimal proposal.
+    grow : {"next", "layer"}, default "next"
+        A stage decides one node per particle ("next", node-wise) or a whole depth level.
+    resampling : {"multinomial", "systematic"}, default "multinomial"
     ess_threshold : float in [0, 1], default 0.1
         An island resamples when its effective sample size falls to ``ess_threshold`` times its
         particles (0: never, 1: after every stage).
-    resampling : {"multinomial", "systematic"}, default "multinomial"
-    grow : {"next", "layer"}, default "next"
-        A stage decides one node per particle ("next", node-wise) or a whole depth level.
-    n_islands : int >= 1 dividing ``num_particles``, default 1
-        Independent particle systems, each resampling on its own.
     """
 
     num_particles: int = 100
-    proposal: str = "prior"
-    ess_threshold: float = 0.1
-    resampling: str = "multinomial"
-    grow: str = "next"
     n_islands: int = 1
+    proposal: str = "prior"
+    grow: str = "next"
+    resampling: str = "multinomial"
+    ess_threshold: float = 0.1
 
     name: ClassVar[str] = "smc"
     min_samples: ClassVar[int] = 0
