@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import bdtree_jax as bd
-from bdtree_jax import driver as sampling
+from bdtree_jax import driver
 
 # One small configuration shared by the tests so they reuse one compiled program per data shape.
 FAST = dict(max_depth=3, num_warmup=100, num_samples=200, num_chains=2)
@@ -126,10 +126,10 @@ def _bad_inputs():
 @pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
 def test_bad_input_raises_before_compiling(case):
     _, data, params, match = case
-    before = sampling.trace_count()
+    before = driver.trace_count()
     with pytest.raises(ValueError, match=match):
         bd.BayesianTreeClassifier(**{**FAST, **params}).fit(data["X"], data["y"])
-    assert sampling.trace_count() == before
+    assert driver.trace_count() == before
 
 
 def test_regression_bad_y():

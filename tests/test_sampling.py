@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import bdtree_jax as bd
-from bdtree_jax import driver as sampling
+from bdtree_jax import driver
 from bdtree_jax.data import make_split_grid
 from bdtree_jax.kernels import cgm
 from bdtree_jax.likelihoods import DirichletMultinomial
@@ -29,7 +29,7 @@ def _run(problem, **kw):
     algorithm, data = problem
     args = dict(key=jax.random.key(3), num_chains=4, num_iterations=300, block_size=100)
     args.update(kw)
-    return sampling.run_chains(algorithm, data, **args)[0]
+    return driver.run_chains(algorithm, data, **args)[0]
 
 
 def _assert_same(a, b):
@@ -55,9 +55,9 @@ def test_same_seed_same_draws_and_block_size_invariance(problem):
     assert problem[0].steps_per_pass == 2
     _assert_same(a, _run(problem, block_size=37))
     # one step per pass is its own program (the cache key holds steps_per_pass) with the same draws
-    before = sampling.trace_count()
+    before = driver.trace_count()
     _assert_same(a, _run((problem[0]._replace(steps_per_pass=1), problem[1])))
-    assert sampling.trace_count() == before + 1
+    assert driver.trace_count() == before + 1
     assert a["accepted"].mean() > 0.01
     different = _run(problem, key=jax.random.key(4))
     assert not np.array_equal(a["log_lik"], different["log_lik"])
@@ -88,7 +88,7 @@ def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, monkeypatch):
     path = tmp_path / "run.ckpt"
     full = _run(problem)
     calls = {"n": 0}
-    original = sampling._write_checkpoint
+    original = driver._write_checkpoint
 
     def interrupt_after_two(*args, **kw):
         original(*args, **kw)
@@ -96,39 +96,39 @@ def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, monkeypatch):
         if calls["n"] == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(sampling, "_write_checkpoint", interrupt_after_two)
+    monkeypatch.setattr(driver, "_write_checkpoint", interrupt_after_two)
     with pytest.raises(KeyboardInterrupt):
         _run(problem, checkpoint=path)
-    monkeypatch.setattr(sampling, "_write_checkpoint", original)
+    monkeypatch.setattr(driver, "_write_checkpoint", original)
     resumed = _run(problem, checkpoint=path)
     _assert_same(full, resumed)
 
 
 def test_run_length_does_not_recompile(problem):
     _run(problem, num_iterations=150)
-    before = sampling.trace_count()
+    before = driver.trace_count()
     _run(problem, num_iterations=1000)
     _run(problem, num_iterations=250)
-    assert sampling.trace_count() == before
+    assert driver.trace_count() == before
 
 
 def test_clear_compiled_releases_programs_and_recompiles_the_same_chain(problem):
     """After ``clear_compiled`` the next run compiles its block program again (one new trace)
     and gives the same draws; without it, a repeated run compiles nothing."""
     a = _run(problem, num_iterations=50, block_size=50)
-    before = sampling.trace_count()
+    before = driver.trace_count()
     _run(problem, num_iterations=50, block_size=50)
-    assert sampling.trace_count() == before
+    assert driver.trace_count() == before
     bd.clear_compiled()
     b = _run(problem, num_iterations=50, block_size=50)
-    assert sampling.trace_count() == before + 1
+    assert driver.trace_count() == before + 1
     _assert_same(a, b)
 
 
 @pytest.mark.parametrize("block_size", [0, 2.5, "500", True])
 def test_bad_block_size_raises_before_compiling(block_size):
     X, y = bd.datasets.load("iris")
-    before = sampling.trace_count()
+    before = driver.trace_count()
     with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
         bd.sample(X, y, num_warmup=10, num_samples=10, block_size=block_size)
-    assert sampling.trace_count() == before
+    assert driver.trace_count() == before
