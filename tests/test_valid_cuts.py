@@ -18,6 +18,8 @@ from bdtree_jax.problem.bart import build_bart_problem
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, leaf_index, leaf_nodes
 
+from helpers import chain_frequencies
+
 CHAINS, ITERS, BURN = 16, 30_000, 500
 
 
@@ -114,11 +116,11 @@ def test_cgm_matches_enumeration(toy_problem, task, min_leaf_size, max_depth, in
     p = toy_problem(task, max_depth, min_leaf_size=min_leaf_size, valid_cuts="ancestors")
     algorithm = cgm.cgm(cgm.CGMConfig.from_prior(TreePrior(max_depth=max_depth, min_leaf_size=min_leaf_size,
                                                            valid_cuts="ancestors"), incremental=incremental))
-    traces, _ = run_chains(algorithm, p["data"], key=jax.random.key(7), num_chains=CHAINS, num_iterations=ITERS,
+    traces, _ = run_chains(algorithm, p.data, key=jax.random.key(7), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS, chain_method="sequential" if incremental else "vectorized")
-    freqs = tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), p["grid"].thresholds)
-    assert set(freqs) <= set(p["exact"]), "a tree outside the truncated prior's support"
-    tv = tv_distance(freqs, p["exact"])
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
+    assert set(freqs) <= set(p.exact), "a tree outside the truncated prior's support"
+    tv = tv_distance(freqs, p.exact)
     print(f"CGM {task} m={min_leaf_size} incremental={incremental}: TV {tv:.4f}")
     assert tv <= 0.04
 
@@ -129,11 +131,11 @@ def test_particle_gibbs_matches_enumeration(toy_problem):
     weight the chain visits trees outside the support."""
     p = toy_problem("classification", 2, min_leaf_size=2, valid_cuts="ancestors")
     algorithm = pg.particle_gibbs(pg.PGConfig(2, 2, 10, "prior"))
-    traces, _ = run_chains(algorithm, p["data"], key=jax.random.key(3), num_chains=16, num_iterations=4000,
+    traces, _ = run_chains(algorithm, p.data, key=jax.random.key(3), num_chains=16, num_iterations=4000,
                            block_size=4000)
-    freqs = tree_frequencies(Tree(*(a[:, 100:] for a in traces["tree"])), p["grid"].thresholds)
-    assert set(freqs) <= set(p["exact"])
-    tv = tv_distance(freqs, p["exact"])
+    freqs = chain_frequencies(traces, p.grid.thresholds, 100)
+    assert set(freqs) <= set(p.exact)
+    tv = tv_distance(freqs, p.exact)
     print(f"PG: TV {tv:.4f}")
     assert tv <= 0.04
 

@@ -10,47 +10,33 @@ import numpy as np
 import pytest
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import _cut_log_probs, _gaps, _valid_cuts, enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.data import make_split_grid
+from bdtree_jax.exact import tv_distance
+from bdtree_jax.exact.hard import _cut_log_probs, _gaps, _valid_cuts
 from bdtree_jax.kernels import cgm, perturb, tempering
 from bdtree_jax.kernels.base import SamplingAlgorithm
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
-from bdtree_jax.priors import TreePrior
+from bdtree_jax.likelihoods import NormalMeanShift, default_normal_hyperparameters
+from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, to_string
+
+from helpers import TOY_X, chain_frequencies
 
 # 16 chains x 20,000 iterations: the Monte Carlo TV of cgm+perturb on these supports (<= 300
 # trees) is ~0.015-0.025, so 0.04 fails only on real bias.
 CHAINS, ITERS, BURN = 16, 20_000, 500
 
 
-def _problem(toy_data, task="classification", max_depth=2, min_leaf_size=1, split_prior="uniform", beta=1.0):
+def _problem(toy_problem, task="classification", max_depth=2, min_leaf_size=1, split_prior="uniform"):
     """The toy problem; with ``split_prior="range"`` the inputs are squared (same bins, unequal
     gaps: on the raw toy inputs every gap is 1 and "range" equals "uniform")."""
-    X, y_class, y_reg = toy_data
-    if split_prior == "range":
-        X = X**2
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size, split_prior=split_prior)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik, grid=grid)
-    trees = {s: (lp, ll) for s, lp, ll in enumerate_trees(X, lik.point_stats(y), prior, lik)}
-    log_post = np.array([lp + beta * ll for lp, ll in trees.values()])
-    probs = np.exp(log_post - log_post.max())
-    exact = dict(zip(trees, probs / probs.sum()))
-    return dict(X=X, prior=prior, data=data, grid=grid, trees=trees, exact=exact)
+    X = TOY_X**2 if split_prior == "range" else TOY_X
+    return toy_problem(task, max_depth, min_leaf_size, split_prior, X=X)
 
 
 def _shape(text: str) -> str:
     """A tree string's topology: every rule replaced by ``S``."""
     return re.sub(r"x\d+<=[^(]+", "S", text)
-
-
-def _frequencies(traces, thresholds, burn=BURN):
-    return tree_frequencies(Tree(*(a[:, burn:] for a in traces["tree"])), thresholds)
 
 
 def _stay():
@@ -93,15 +79,15 @@ def _node_rows(tree: Tree, bins: np.ndarray, node: int) -> np.ndarray:
         ("x0<=2.5(L,x1<=2.5(L,L))", "uniform", 2, 1.0, 2.0),
     ],
 )
-def test_log_ratio_matches_enumeration(toy_data, start, split_prior, min_leaf_size, beta, width):
+def test_log_ratio_matches_enumeration(toy_problem, start, split_prior, min_leaf_size, beta, width):
     """Every proposal's log acceptance ratio equals ``beta dlog L + dlog p + log q(T|T')/q(T'|T)``
     with ``p``, ``L`` from :func:`enumerate_trees` (independent of the kernels) and the proposal
     ratio computed here from the node's rows: ``|W(c)|/|W(c')|`` for a cut perturbation,
     ``p_cut(c|v)/p_cut(c'|v')`` for a change of variable; ``-inf`` off the prior's support."""
-    pb = _problem(toy_data, "classification", 2, min_leaf_size, split_prior)
-    grid, data, trees = pb["grid"], pb["data"], pb["trees"]
+    pb = _problem(toy_problem, "classification", 2, min_leaf_size, split_prior)
+    grid, data, trees = pb.grid, pb.data, pb.trees
     if split_prior == "range":
-        start = to_string(from_string(start, make_split_grid(toy_data[0]).thresholds, 2), grid.thresholds)
+        start = to_string(from_string(start, make_split_grid(TOY_X).thresholds, 2), grid.thresholds)
     assert start in trees
     tree = Tree(*(jnp.asarray(a) for a in from_string(start, grid.thresholds, 2)))
     cfg = perturb.PerturbConfig(2, min_leaf_size, p_change_var=0.5, width=width)
@@ -112,7 +98,7 @@ def test_log_ratio_matches_enumeration(toy_data, start, split_prior, min_leaf_si
     bins = np.asarray(data.bins)
     t0 = Tree(*(np.asarray(a) for a in tree))
     internal = np.flatnonzero(t0.is_split)
-    gaps = _gaps(pb["X"])
+    gaps = _gaps(pb.X)
     lp0, ll0 = trees[start]
     seen = {-1: 0, 0: 0, 1: 0, "outside": 0}
     for i in range(len(u)):
@@ -169,22 +155,22 @@ def test_log_ratio_matches_enumeration(toy_data, start, split_prior, min_leaf_si
         pytest.param("regression", 2, 1, "range", True, 3, marks=pytest.mark.slow),
     ],
 )
-def test_cgm_perturb_matches_enumerated_posterior(toy_data, task, max_depth, min_leaf_size, split_prior, adapt,
+def test_cgm_perturb_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, split_prior, adapt,
                                                    n_temperatures):
     """cgm+perturb (fixed window, or adapted during the first BURN iterations and fixed after;
     draws after warm-up) samples the exact posterior, also tempered (the cold chain)."""
-    pb = _problem(toy_data, task, max_depth, min_leaf_size, split_prior)
-    cfg = cgm.CGMConfig.from_prior(pb["prior"])
+    pb = _problem(toy_problem, task, max_depth, min_leaf_size, split_prior)
+    cfg = cgm.CGMConfig.from_prior(pb.prior)
     pconfig = perturb.PerturbConfig.from_cgm(cfg, width=0.1 if adapt else 0.5, adapt=adapt, num_warmup=BURN,
                                              p_change_var=0.3)
     algorithm = perturb.with_perturb(cfg, pconfig)
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
-    traces, _ = run_chains(algorithm, pb["data"], key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
+    traces, _ = run_chains(algorithm, pb.data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS)
-    freqs = _frequencies(traces, pb["grid"].thresholds)
-    assert set(freqs) <= set(pb["exact"]), "sampler visited a tree outside the prior's support"
-    tv = tv_distance(freqs, pb["exact"])
+    freqs = chain_frequencies(traces, pb.grid.thresholds, BURN)
+    assert set(freqs) <= set(pb.exact), "sampler visited a tree outside the prior's support"
+    tv = tv_distance(freqs, pb.exact)
     assert tv <= 0.04, tv
     acc = traces["perturb_accepted"][:, BURN:].mean()
     assert 0.05 < acc < 0.95, acc
@@ -199,17 +185,17 @@ def test_cgm_perturb_matches_enumerated_posterior(toy_data, task, max_depth, min
         np.testing.assert_allclose(width, 0.5, rtol=1e-6)
 
 
-def test_cgm_perturb_negative_control(toy_data, monkeypatch):
+def test_cgm_perturb_negative_control(toy_problem, monkeypatch):
     """The same check detects a perturb move without the prior ratio (TV ~0.1)."""
     monkeypatch.setattr(perturb, "_log_prior_ratio", lambda s, p: jnp.where(jnp.isfinite(p.log_prior), 0.0, -jnp.inf))
-    pb = _problem(toy_data, "classification", 2)
-    cfg = cgm.CGMConfig.from_prior(pb["prior"])
+    pb = _problem(toy_problem, "classification", 2)
+    cfg = cgm.CGMConfig.from_prior(pb.prior)
     # the uncached builder: fresh closures, so the patched kernel is traced (and not reused elsewhere)
     algorithm = perturb.with_perturb.__wrapped__(cfg, perturb.PerturbConfig.from_cgm(cfg, width=0.5, adapt=False,
                                                                                      p_change_var=0.3))
-    traces, _ = run_chains(algorithm, pb["data"], key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
+    traces, _ = run_chains(algorithm, pb.data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS)
-    tv = tv_distance(_frequencies(traces, pb["grid"].thresholds), pb["exact"])
+    tv = tv_distance(chain_frequencies(traces, pb.grid.thresholds, BURN), pb.exact)
     assert tv > 0.06, tv
 
 
@@ -226,42 +212,48 @@ INVARIANCE_CASES = [
 ]
 
 
-def _restricted_run(toy_data, topology, split_prior, beta, width, p_change_var, iters=ITERS):
-    pb = _problem(toy_data, "classification", 2, 1, split_prior, beta=beta)
-    restricted = {k: v for k, v in pb["exact"].items() if _shape(k) == topology}
+def _restricted_run(toy_problem, topology, split_prior, beta, width, p_change_var, iters=ITERS):
+    pb = _problem(toy_problem, "classification", 2, 1, split_prior)
+    restricted = {k: v for k, v in pb.posterior(beta).items() if _shape(k) == topology}
     z = sum(restricted.values())
     restricted = {k: v / z for k, v in restricted.items()}
     start = max(restricted, key=restricted.get)
-    algorithm = _perturb_only(from_string(start, pb["grid"].thresholds, 2), pb["prior"], beta, width=width,
+    algorithm = _perturb_only(from_string(start, pb.grid.thresholds, 2), pb.prior, beta, width=width,
                               p_change_var=p_change_var)
-    traces, _ = run_chains(algorithm, pb["data"], key=jax.random.key(5), num_chains=CHAINS,
+    traces, _ = run_chains(algorithm, pb.data, key=jax.random.key(5), num_chains=CHAINS,
                            num_iterations=iters, block_size=iters)
-    return _frequencies(traces, pb["grid"].thresholds, burn=200), restricted
+    return chain_frequencies(traces, pb.grid.thresholds, 200), restricted
 
 
 @pytest.mark.parametrize("topology,split_prior,beta,width,p_change_var", INVARIANCE_CASES)
-def test_perturb_alone_leaves_restricted_posterior_invariant(toy_data, topology, split_prior, beta, width,
+def test_perturb_alone_leaves_restricted_posterior_invariant(toy_problem, topology, split_prior, beta, width,
                                                              p_change_var):
     """Perturb never changes the shape; alone it samples the posterior (beta = 1) or the prior
     (beta = 0) restricted to the starting tree's shape, computed by enumeration."""
-    freqs, restricted = _restricted_run(toy_data, topology, split_prior, beta, width, p_change_var)
+    freqs, restricted = _restricted_run(toy_problem, topology, split_prior, beta, width, p_change_var)
     assert len(restricted) >= 10
     assert set(freqs) == set(restricted)  # stays on the shape and reaches all of it
     tv = tv_distance(freqs, restricted)
     assert tv <= 0.04, tv
 
 
-@pytest.mark.parametrize("drop", ["window", "prior"])
-@pytest.mark.parametrize("case", [1, 2])
-def test_negative_controls_fail_chain(toy_data, monkeypatch, drop, case):
-    """The invariance test detects a kernel without the window ratio |W(c)|/|W(c')| or without the
-    prior ratio (keeping only the support)."""
+def _drop_ratio(monkeypatch, drop):
+    """Negative controls: the perturb kernel without its window ratio ``|W(c)|/|W(c')|``
+    (``drop="window"``) or without its prior ratio, keeping only the support (``"prior"``)."""
     if drop == "window":
         monkeypatch.setattr(perturb, "_log_window_ratio", lambda a, b: jnp.float32(0.0))
     else:
         monkeypatch.setattr(perturb, "_log_prior_ratio",
                             lambda s, p: jnp.where(jnp.isfinite(p.log_prior), 0.0, -jnp.inf))
-    freqs, restricted = _restricted_run(toy_data, *INVARIANCE_CASES[case])
+
+
+@pytest.mark.parametrize("drop", ["window", "prior"])
+@pytest.mark.parametrize("case", [1, 2])
+def test_negative_controls_fail_chain(toy_problem, monkeypatch, drop, case):
+    """The invariance test detects a kernel without the window ratio |W(c)|/|W(c')| or without the
+    prior ratio (keeping only the support)."""
+    _drop_ratio(monkeypatch, drop)
+    freqs, restricted = _restricted_run(toy_problem, *INVARIANCE_CASES[case])
     tv = tv_distance(freqs, restricted)
     assert tv > 0.06, tv
 
@@ -271,7 +263,7 @@ def _transition_matrix(pb, support: list, width: float, p_change_var: float, bet
     every (node, kind, outcome) with its proposal probability computed here from the node's rows
     (numpy), the kernel's proposal at uniforms inside that outcome's interval, and its acceptance
     ``min(1, exp(log_ratio))``; rejections and null moves stay."""
-    grid, data, prior = pb["grid"], pb["data"], pb["prior"]
+    grid, data, prior = pb.grid, pb.data, pb.prior
     m, depth = prior.min_leaf_size, prior.max_depth
     cfg = perturb.PerturbConfig(depth, m, p_change_var=p_change_var, width=width)
     bins, cum = np.asarray(data.bins), np.asarray(data.cut_cumwidth, float)
@@ -348,20 +340,21 @@ EXACT_CASES = [
 ]
 
 
-def _exact_case(toy_data, topology, min_leaf_size, split_prior, beta, width, p_change_var):
-    pb = _problem(toy_data, "classification", 2, min_leaf_size, split_prior, beta=beta)
-    support = sorted(k for k in pb["exact"] if _shape(k) == topology)
-    pi = np.array([pb["exact"][k] for k in support])
+def _exact_case(toy_problem, topology, min_leaf_size, split_prior, beta, width, p_change_var):
+    pb = _problem(toy_problem, "classification", 2, min_leaf_size, split_prior)
+    posterior = pb.posterior(beta)
+    support = sorted(k for k in posterior if _shape(k) == topology)
+    pi = np.array([posterior[k] for k in support])
     return _transition_matrix(pb, support, width, p_change_var, beta), pi / pi.sum()
 
 
 @pytest.mark.parametrize("case", EXACT_CASES)
-def test_exact_transition_matrix_is_reversible(toy_data, case):
+def test_exact_transition_matrix_is_reversible(toy_problem, case):
     """The perturb kernel's exact transition matrix on all trees of one shape satisfies detailed
     balance w.r.t. the (tempered) posterior restricted to that shape -- no Monte Carlo error, and
     independent of how well the move mixes (moving the root's rule re-partitions the children,
     so on deeper shapes the fixed-shape chain switches the root's feature rarely)."""
-    P, pi = _exact_case(toy_data, *case)
+    P, pi = _exact_case(toy_problem, *case)
     assert len(pi) >= 5
     np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-6)
     flow = pi[:, None] * P
@@ -372,15 +365,11 @@ def test_exact_transition_matrix_is_reversible(toy_data, case):
 
 @pytest.mark.parametrize("drop", ["window", "prior"])
 @pytest.mark.parametrize("case", [0, 1])
-def test_negative_controls_fail_exact(toy_data, monkeypatch, drop, case):
+def test_negative_controls_fail_exact(toy_problem, monkeypatch, drop, case):
     """Without the window ratio or the prior ratio the exact kernel is not stationary (the
     correct kernel's ``|pi P - pi|`` is <= 1e-8 here; these give ~1e-3, ~15 % of a tree's mass)."""
-    if drop == "window":
-        monkeypatch.setattr(perturb, "_log_window_ratio", lambda a, b: jnp.float32(0.0))
-    else:
-        monkeypatch.setattr(perturb, "_log_prior_ratio",
-                            lambda s, p: jnp.where(jnp.isfinite(p.log_prior), 0.0, -jnp.inf))
-    P, pi = _exact_case(toy_data, *EXACT_CASES[case])
+    _drop_ratio(monkeypatch, drop)
+    P, pi = _exact_case(toy_problem, *EXACT_CASES[case])
     assert np.abs(pi @ P - pi).max() > 1e-4
 
 
