@@ -111,6 +111,29 @@ def test_tempered_rungs_are_vectorized_with_the_chains(iris, method, monkeypatch
     _same_trees(seq, vec)
 
 
+@pytest.mark.parametrize("method", [bd.SMC(num_particles=20), bd.PCFG(n_buckets=4)], ids=["smc", "pcfg"])
+def test_independent_runs_resume_from_a_checkpoint(iris, method, tmp_path, monkeypatch):
+    """SMC runs and PCFG draws go through the driver's runner: an interrupted run resumes from its
+    checkpoint and equals an uninterrupted one (chain c uses fold_in(key(seed), c) either way)."""
+    X, y = iris
+    kw = dict(method=method, prior=bd.TreePrior(max_depth=2), num_samples=10, num_chains=3, seed=2)
+    full = bd.sample(X, y, **kw)
+    path, original = tmp_path / "run.ckpt", driver._write_checkpoint
+
+    def interrupt_after_one(*args, **kwargs):
+        original(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "_write_checkpoint", interrupt_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        bd.sample(X, y, checkpoint=path, **kw)
+    monkeypatch.setattr(driver, "_write_checkpoint", original)
+    _same_trees(full, bd.sample(X, y, checkpoint=path, **kw))
+    one = bd.sample(X, y, **dict(kw, num_chains=1))  # chain 0 does not depend on the number of chains
+    for a, b in zip(full.trees, one.trees):
+        np.testing.assert_array_equal(a[:1], b)
+
+
 # ----------------------------------------------------------------------------------------------
 # Options and problems checked before anything compiles
 
