@@ -27,13 +27,14 @@ import pytest
 from scipy.special import logsumexp
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance, leaf_partition
-from bdtree_jax.kernels import cgm, tempering, wu
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior
+from bdtree_jax.data import make_split_grid
+from bdtree_jax.exact import tree_frequencies, tv_distance
+from bdtree_jax.kernels import cgm, fibre_gibbs, tempering, wu
+from bdtree_jax.kernels._moves import score
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, to_string
+
+from helpers import TOY_X, chain_frequencies, fibre, stack_trees, stationary_tv
 
 # K = 4 leaves {0,2} {1} {3} {4,5} of the toy rows: a 36-tree fibre at depth 3, 4 trees at depth 2
 # (where most restructures need depth 3: the capacity rule); K = 3 with min_leaf_size = 2.
@@ -49,42 +50,21 @@ def _uneven(X):
     return np.stack([x0[np.argsort(np.argsort(X[:, 0]))], x1[np.argsort(np.argsort(X[:, 1]))]], axis=1)
 
 
-def _problem(toy_data, task="classification", max_depth=3, min_leaf_size=1, split_prior="uniform"):
-    X, y_class, y_reg = toy_data
-    if split_prior == "range":
-        X = _uneven(X)
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size, split_prior=split_prior)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), y_class
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(y_reg))), y_reg
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik, grid=grid)
-    return X, y, lik, prior, grid, data
+def _problem(toy_problem, task="classification", max_depth=3, min_leaf_size=1, split_prior="uniform"):
+    X = _uneven(TOY_X) if split_prior == "range" else TOY_X
+    return toy_problem(task, max_depth, min_leaf_size, split_prior, X=X)
 
 
-def _tree(text, grid, max_depth):
-    return Tree(*(jnp.asarray(a) for a in from_string(text, grid.thresholds, max_depth)))
-
-
-
-
-def _start(toy_data, text, max_depth):
-    """A start tree given as a string over the toy grid (its bins are those of :func:`_uneven` too)."""
-    return _tree(text, make_split_grid(toy_data[0]), max_depth)
-
-
-def _fibre(X, y, lik, prior, grid, start):
-    """Every tree with the leaf partition of the tree ``start``: strings and the prior restricted
-    to them."""
-    bins = grid.bin(X)
-    target = leaf_partition(start, bins)
-    fibre = [(s, lp) for s, lp, _ in enumerate_trees(X, lik.point_stats(y), prior, lik)
-             if leaf_partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
-    names = [s for s, _ in fibre]
-    log_prior = np.array([lp for _, lp in fibre])
+def _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start):
+    """The toy problem (:func:`_problem`), the CGM state at the tree ``start`` (a string over the
+    toy grid; its bins are those of :func:`_uneven` too) and that tree's fibre: every tree with its
+    leaf partition as strings, and the prior restricted to them (log, and normalised)."""
+    p = _problem(toy_problem, max_depth=max_depth, min_leaf_size=min_leaf_size, split_prior=split_prior)
+    start_tree = Tree(*(jnp.asarray(a) for a in from_string(start, make_split_grid(TOY_X).thresholds, max_depth)))
+    names, log_prior = fibre(p, start_tree)
     prob = np.exp(log_prior - log_prior.max())
-    return names, log_prior, prob / prob.sum()
+    state = cgm.init(None, p.data, cgm.CGMConfig(max_depth, min_leaf_size), tree=start_tree)
+    return p, state, names, log_prior, prob / prob.sum()
 
 
 def _p_terms(heaps, ref, split_prob):
@@ -106,33 +86,22 @@ FIBRES = [  # (max_depth, min_leaf_size, split_prior, start, fibre size)
 
 
 @pytest.mark.parametrize("max_depth,min_leaf_size,split_prior,start,size", FIBRES)
-def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf_size, split_prior, start, size):
+def test_proposal_and_ratio_are_exact_on_the_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start, size):
     """Deterministic checks of the construction on a whole fibre (module docstring)."""
-    X, y, lik, prior, grid, data = _problem(toy_data, max_depth=max_depth, min_leaf_size=min_leaf_size,
-                                            split_prior=split_prior)
-    start_tree = _start(toy_data, start, max_depth)
-    names, log_prior, pi = _fibre(X, y, lik, prior, grid, start_tree)
+    p, state, names, log_prior, pi = _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start)
+    grid, data = p.grid, p.data
     assert len(names) == size
     config = cgm.CGMConfig(max_depth, min_leaf_size)
-    state = cgm.init(None, data, config, tree=start_tree)
-    heaps = Tree(*(jnp.stack(a) for a in zip(*(_tree(s, grid, max_depth) for s in names))))
-    is_group, glo, ghi = wu._group_bins(state, data)
+    heaps = stack_trees(names, grid.thresholds, max_depth)
+    is_group, glo, ghi = fibre_gibbs.group_bins(state, data)
     assert int(is_group.sum()) == int(start.count("L"))
     u0 = jnp.zeros(heaps.is_split.shape[1])
     replay_only = jnp.array([False])
-    ref = jax.device_get(jax.jit(jax.vmap(lambda t: cgm._score(t, data, config, 1.0)))(heaps))  # full re-scores
-
-    def stationary_tv(q, phi, target=pi):
-        """TV between ``target`` (the prior on the fibre) and the stationary law of the MH transition matrix."""
-        P = q[None, :] * np.minimum(1.0, np.exp(phi[None, :] - phi[:, None]))
-        P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
-        evals, evecs = np.linalg.eig(P.T)
-        law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
-        return 0.5 * np.abs(law / law.sum() - target).sum()
+    ref = jax.device_get(jax.jit(jax.vmap(lambda t: score(t, data, config, 1.0)))(heaps))  # full re-scores
 
     # the fibre-Gibbs draw's exact law, pi(T) / Z(P, 0) with Z from its DP (float32)
     gc = wu.RestructureConfig(max_depth, min_leaf_size, kind="auto", max_groups=8)
-    fib = jax.device_get(jax.jit(lambda s: wu._fibre_dp(s, data, gc))(state))
+    fib = jax.device_get(jax.jit(lambda s: fibre_gibbs._fibre_dp(s, data, gc))(state))
     gibbs_law = np.exp(log_prior - float(fib.log_z[0, 2 ** int(fib.K) - 1]))
 
     for weights in ("prior", "uniform"):
@@ -148,7 +117,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
         else:  # K = 4 at depth 2: three quarters of the proposals need depth 3 (rejected)
             assert 0.1 < q.sum() < 0.9
         phi = np.asarray(wu._log_phi(replay, rc), float)
-        assert stationary_tv(q, phi) < 1e-4
+        assert stationary_tv(q, phi, pi) < 1e-4
         assert stationary_tv(q, phi, gibbs_law) < 1e-4  # Variant Π and the fibre Gibbs draw: one stationary law
         if weights == "prior":
             # Variant Π: log Φ = Σ_int (log p_s + log W(S)) + Σ_leaf log(1 - p_s 1[valid cut])
@@ -157,7 +126,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
             # negative control: Φ without W(S)
             bad = np.asarray(wu._log_phi(replay, wu.RestructureConfig(max_depth, min_leaf_size, drop_w=True)), float)
             if (max_depth, min_leaf_size) == (3, 1):
-                assert stationary_tv(q, bad) > 0.15  # observed 0.198: the exact check has power
+                assert stationary_tv(q, bad, pi) > 0.15  # observed 0.198: the exact check has power
     # drawn proposals follow q, and the proposed state's caches are a full re-score's
     rc = wu.RestructureConfig(max_depth, min_leaf_size)
     n = 4000
@@ -170,7 +139,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_data, max_depth, min_leaf
     assert tv_distance(freqs, dict(zip(names, prior_q / prior_q.sum()))) < 0.04
     np.testing.assert_allclose(ok.mean(), prior_q.sum(), atol=0.03)
     index = {name: i for i, name in enumerate(names)}
-    np.testing.assert_allclose(log_phi_old, prior_phi[index[to_string(start_tree, grid.thresholds)]], atol=1e-4)
+    np.testing.assert_allclose(log_phi_old, prior_phi[index[to_string(state.tree, grid.thresholds)]], atol=1e-4)
     for i in np.flatnonzero(ok)[:200]:
         k = index[to_string(Tree(*(a[i] for a in proposed.tree)), grid.thresholds)]
         np.testing.assert_allclose(log_phi_new[i], prior_phi[k], atol=1e-4)
@@ -208,17 +177,14 @@ def _restructure_chains(rc: wu.RestructureConfig, n_steps: int):
         (3, 1, "uniform", K4, "prior", True),  # negative control: must fail
     ],
 )
-def test_restructure_alone_samples_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_size, split_prior, start,
+def test_restructure_alone_samples_the_prior_on_the_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start,
                                                            weights, drop_w):
     """8 chains x 10,000 restructures from a K = 3-4 tree; visits stay in the fibre and
     match the prior restricted to it (TV <= 0.03; observed 0.010-0.019 on the 36-tree fibres,
     where 80,000 iid draws give 0.008-0.009) -- the W-dropping control converges to TV 0.198
     (exact, from the transition matrix; observed 0.199) and fails."""
-    X, y, lik, prior, grid, data = _problem(toy_data, max_depth=max_depth, min_leaf_size=min_leaf_size,
-                                            split_prior=split_prior)
-    start_tree = _start(toy_data, start, max_depth)
-    names, _, pi = _fibre(X, y, lik, prior, grid, start_tree)
-    state = cgm.init(None, data, cgm.CGMConfig(max_depth, min_leaf_size), tree=start_tree)
+    p, state, names, _, pi = _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start)
+    grid, data = p.grid, p.data
     rc = wu.RestructureConfig(max_depth, min_leaf_size, weights, drop_w)
     trees, accepted, overflow = jax.device_get(
         _restructure_chains(rc, 10_000)(jax.random.split(jax.random.key(5), 8), state, data))
@@ -241,7 +207,7 @@ def test_restructure_alone_samples_the_prior_on_the_fibre(toy_data, max_depth, m
         (3, 1, "range", K4, 36, "drop_rule"),
     ],
 )
-def test_gibbs_draws_are_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_size, split_prior, start, size,
+def test_gibbs_draws_are_the_prior_on_the_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start, size,
                                                 control):
     """The fibre-Gibbs variant: ``Z(P, 0)`` (float32) is the enumerated prior mass of the fibre;
     20,000 independent draws from the fixed start tree are all accepted (ratio 0, traced as Gibbs),
@@ -250,15 +216,12 @@ def test_gibbs_draws_are_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_si
     99th percentile); the drawn states' caches are those of a full re-score.  Negative controls
     (leaf factors dropped: observed TV 0.091; rule weights dropped: 0.127, 0.271 with the range
     prior) fail."""
-    X, y, lik, prior, grid, data = _problem(toy_data, max_depth=max_depth, min_leaf_size=min_leaf_size,
-                                            split_prior=split_prior)
-    start_tree = _start(toy_data, start, max_depth)
-    names, log_prior, pi = _fibre(X, y, lik, prior, grid, start_tree)
+    p, state, names, log_prior, pi = _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start)
+    grid, data = p.grid, p.data
     assert len(names) == size
     config = cgm.CGMConfig(max_depth, min_leaf_size)
-    state = cgm.init(None, data, config, tree=start_tree)
     rc = wu.RestructureConfig(max_depth, min_leaf_size, kind="gibbs", max_groups=8, gibbs_control=control)
-    fib = jax.device_get(jax.jit(lambda s: wu._fibre_dp(s, data, rc))(state))
+    fib = jax.device_get(jax.jit(lambda s: fibre_gibbs._fibre_dp(s, data, rc))(state))
     K = int(start.count("L"))
     assert int(fib.K) == K
     log_z = float(fib.log_z[0, 2**K - 1])
@@ -279,8 +242,8 @@ def test_gibbs_draws_are_the_prior_on_the_fibre(toy_data, max_depth, min_leaf_si
         return
     assert tv <= 0.03, tv
     assert len(freqs) == len(names)
-    heaps = Tree(*(jnp.stack(a) for a in zip(*(_tree(s, grid, max_depth) for s in names))))
-    ref = jax.device_get(jax.jit(jax.vmap(lambda t: cgm._score(t, data, config, 1.0)))(heaps))  # full re-scores
+    heaps = stack_trees(names, grid.thresholds, max_depth)
+    ref = jax.device_get(jax.jit(jax.vmap(lambda t: score(t, data, config, 1.0)))(heaps))  # full re-scores
     index = {name: i for i, name in enumerate(names)}
     for i in range(200):
         k = index[to_string(Tree(*(a[i] for a in new.tree)), grid.thresholds)]
@@ -308,7 +271,7 @@ CHAINS, ITERS, BURN = 16, 6000, 200
         ("classification", 2, 1, "uniform", 1, False, "auto", 2),
     ],
 )
-def test_wu_schedule_matches_enumerated_posterior(toy_data, task, max_depth, min_leaf_size, split_prior,
+def test_wu_schedule_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, split_prior,
                                                   n_temperatures, drop_w, restructure, max_groups):
     """16 chains x 6,000 WU iterations (2 CGM steps, 1 restructure, 2 CGM steps), plain
     or as the kernel of a 3-rung tempered chain, within TV 0.04 of the exact posterior (observed
@@ -317,15 +280,15 @@ def test_wu_schedule_matches_enumerated_posterior(toy_data, task, max_depth, min
     (every restructure of a K >= 2 tree accepted; observed TV 0.018, 0.005 and 0.017 tempered with
     the range prior; restructure acceptance 0.96-0.98) and with "auto" at
     ``max_groups = 2`` (Gibbs for K = 2, the Π fallback for K = 3-4: 36 % Gibbs; TV 0.018)."""
-    X, y, lik, prior, grid, data = _problem(toy_data, task, max_depth, min_leaf_size, split_prior)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
-    algorithm = wu.wu(wu.WUConfig(cgm.CGMConfig.from_prior(prior), n_local=2, drop_w=drop_w, restructure=restructure,
+    p = _problem(toy_problem, task, max_depth, min_leaf_size, split_prior)
+    exact = p.exact
+    algorithm = wu.wu(wu.WUConfig(cgm.CGMConfig.from_prior(p.prior), n_local=2, drop_w=drop_w, restructure=restructure,
                                   max_groups=max_groups))
     if n_temperatures > 1:
         algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
-    traces, _ = run_chains(algorithm, data, key=jax.random.key(9), num_chains=CHAINS, num_iterations=ITERS,
+    traces, _ = run_chains(algorithm, p.data, key=jax.random.key(9), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS)
-    freqs = tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), grid.thresholds)
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= set(exact), "sampler visited a tree outside the prior's support"
     tv = tv_distance(freqs, exact)
     if drop_w:
