@@ -13,7 +13,7 @@ class SamplingAlgorithm(NamedTuple):
     ``init(key, data) -> state``; ``step(key, state, data) -> (state, info)``;
     ``trace(state, info) -> dict`` of arrays recorded per iteration (must contain ``tree`` and the
     scalar diagnostics ``log_lik``, ``log_prior``, ``n_leaves``, ``depth``, ``accepted``,
-    ``move``).  None of them is jitted; the driver (:mod:`bdtree_jax.sampling`) does
+    ``move``).  None of them is jitted; the driver (:mod:`bdtree_jax.driver`) does
     ``jit(vmap(scan(step)))``.
 
     ``draw(key) -> randomness`` (optional): when given, ``step`` takes that randomness in place

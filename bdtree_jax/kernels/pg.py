@@ -26,7 +26,7 @@ The sweep leaves ``p(T) L(T)^beta`` invariant for any ``P >= 1`` (``P = 1`` alwa
 does not factorise over nodes).
 
 The state is :class:`~bdtree_jax.kernels.cgm.CGMState`, so chains start at the stump, run
-through the driver (:func:`bdtree_jax.sampling.run_chains`: blocks, sharding, checkpoints) and
+through the driver (:func:`bdtree_jax.driver.run_chains`: blocks, sharding, checkpoints) and
 record the same trace as CGM plus ``chosen`` (the particle returned; 0 = the reference) and
 ``n_stages`` per sweep.
 """
