@@ -38,12 +38,12 @@ from scipy.special import logsumexp
 from scipy.stats import betabinom, poisson
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance, leaf_partition
-from bdtree_jax.kernels import cgm, edit, perturb, pg, regrow, smc, wu
+from bdtree_jax.kernels import cgm, edit, fibre_gibbs, perturb, pg, regrow, smc, wu
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import PinballTables, TreePrior, log_tree_prior, node_bounds, node_stats, pinball_shape
+from bdtree_jax.priors import PinballTables, TreePrior, log_tree_prior, make_tree_data, node_bounds, node_stats, pinball_shape
 from bdtree_jax.driver import run_chains, trace_count
 from bdtree_jax.tree import Tree, from_string
 
@@ -390,7 +390,7 @@ def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     pi = np.exp(log_prior - logsumexp(log_prior))
     assert np.ptp(log_prior) > 1.0
     heaps = _stack(names, grid.thresholds, 3)
-    is_group, glo, ghi = wu._group_bins(state, data)
+    is_group, glo, ghi = fibre_gibbs.group_bins(state, data)
     rc = wu.RestructureConfig(3, 1)
     u0 = jnp.zeros(heaps.is_split.shape[1])
     replay = jax.jit(jax.vmap(lambda t: wu._sweep(u0, t, jnp.array([False]), state, is_group, glo, ghi, data, rc)))
@@ -404,7 +404,7 @@ def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     tv_bad = _stationary_tv(q, np.asarray(wu._log_phi(replay, wu.RestructureConfig(3, 1, drop_w=True)), float), pi)
     K = 4
     gc = wu.RestructureConfig(3, 1, kind="auto", max_groups=4)
-    log_z = float(jax.jit(lambda s: wu._fibre_dp(s, data, gc).log_z[0, 2**K - 1])(state))
+    log_z = float(jax.jit(lambda s: fibre_gibbs._fibre_dp(s, data, gc).log_z[0, 2**K - 1])(state))
     expected = logsumexp(log_prior) - np.log(_p_size(RATE, 8)[K - 1])
     print(f"WU pinball: Π stationary TV {tv_mh:.2e} (drop_w {tv_bad:.3f}); log Z {log_z:.5f} vs {expected:.5f}")
     assert tv_mh < 1e-4 and tv_bad > 0.05

@@ -19,7 +19,7 @@ import pytest
 from scipy.special import logsumexp
 
 import bdtree_jax as bd
-from bdtree_jax.data import make_split_grid, make_tree_data
+from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import (
     enumerate_edit_posterior,
     enumerate_posterior,
@@ -28,8 +28,9 @@ from bdtree_jax.exact import (
     tv_distance,
 )
 from bdtree_jax.kernels import cgm, edit, regrow, smc
+from bdtree_jax.kernels._moves import draw_rule
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, mask_bounds
+from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, make_tree_data, mask_bounds
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
 
@@ -117,7 +118,7 @@ def test_rule_probabilities_and_draws(min_leaf_size):
     right_of_x0 = X[:, 0] > 0.5  # 5 rows: x0 in {1, 1.5, 5, 5.2, 9}, x1 in {0, 10, 4, 4.5, 7}
     n = 100_000
     u = jax.random.uniform(jax.random.key(0), (n, 2))
-    draw = jax.jit(jax.vmap(lambda uu, lo, hi: cgm._draw_rule(uu[0], uu[1], lo, hi, cum), in_axes=(0, None, None)))
+    draw = jax.jit(jax.vmap(lambda uu, lo, hi: draw_rule(uu[0], uu[1], lo, hi, cum), in_axes=(0, None, None)))
     table = jax.jit(jax.vmap(jax.vmap(lambda f, c, lo, hi: log_rule_prob(lo, hi, f, c, cum), (None, 0, None, None)),
                              (0, None, None, None)))
     for mask in (root, right_of_x0):
