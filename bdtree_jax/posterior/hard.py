@@ -455,18 +455,10 @@ class PCFGPosterior(Posterior):
 
     grammar: Any = None
 
-    def predict_proba(self, X) -> np.ndarray:
-        """(n, K) exact posterior class probabilities over all trees (:meth:`predictive`; the
-        draws' average is ``predict_draws(X).mean(0)``)."""
-        self._require("classification", "predict_proba")
+    def _mean_prediction(self, X, chunk: int = 256) -> np.ndarray:
+        """(n, P) exact posterior predictive over all trees (:meth:`predictive`): what ``predict``
+        and ``predict_proba`` report here (the draws' average is ``predict_draws(X).mean(0)``)."""
         return self.predictive(X)
-
-    def predict(self, X) -> np.ndarray:
-        """Exact posterior prediction over all trees: the most probable class, or the mean."""
-        mean = self.predictive(X)
-        if self.task == "classification":
-            return self.classes[np.argmax(mean, axis=1)]
-        return mean[:, 0]
 
     @property
     def boundary_thresholds(self) -> list:
