@@ -102,28 +102,25 @@ _GAIN_EXPONENT = 0.6
 
 @dataclass(frozen=True)
 class PerturbConfig:
-    """Static configuration of the perturb move.
-
-    Attributes
-    ----------
-    max_depth, min_leaf_size : the tree prior's structure (as :class:`~bdtree_jax.kernels.cgm.CGMConfig`).
-    p_change_var : probability of a change-of-variable move (else a cut perturbation); default 0.1.
-    width : initial window width (OpenBT's ``pertalpha``; half-width ``max(1, round(width n / 2))``
-        cuts for a node with ``n`` valid cuts), in (0, 2]; default 0.1.
-    num_warmup : iterations during which the width adapts (0: never).
-    adapt : adapt the width during warm-up (False: fixed ``width``).
-    target_accept : the cut perturbations' acceptance the adaptation aims at; default 0.44.
-    trace_dtypes : integer types of the recorded trees (as CGM's).
-    """
+    """Static configuration of the perturb move (each field's meaning below it)."""
 
     max_depth: int
+    """The tree prior's depth bound (as :class:`~bdtree_jax.kernels.cgm.CGMConfig`)."""
     min_leaf_size: int = 1
+    """The tree prior's least rows per leaf (as :class:`~bdtree_jax.kernels.cgm.CGMConfig`)."""
     p_change_var: float = 0.1
+    """Probability of a change-of-variable move (else a cut perturbation)."""
     width: float = 0.1
+    """Initial window width in (0, 2] (OpenBT's ``pertalpha``): a node with ``n`` valid cuts moves
+    its cut by at most ``max(1, round(width n / 2))`` cuts."""
     num_warmup: int = 0
+    """Iterations during which the width adapts (0: never)."""
     adapt: bool = True
+    """Adapt the width during warm-up (False: a fixed ``width``)."""
     target_accept: float = 0.44
+    """The cut perturbations' acceptance rate the adaptation aims at."""
     trace_dtypes: tuple = ("int32", "int32")
+    """Integer types of the recorded trees (as CGM's)."""
 
     def __post_init__(self):
         def is_int(v):
