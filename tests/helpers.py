@@ -1,7 +1,9 @@
 """Helpers shared by the tests (``from helpers import ...``; ``tests/`` is on ``sys.path`` because
 ``tests/conftest.py`` lives there): the toy problem, whose every tree of depth <= 3 can be
-enumerated, and the visit frequencies of sampled trees to compare with the exact distributions of
-:mod:`bdtree_jax.exact`."""
+enumerated (tests take it through the ``toy_problem`` and ``toy_data`` fixtures; module-level code
+imports it), the visit frequencies of sampled trees to compare with the exact distributions of
+:mod:`bdtree_jax.exact`, and the small tools of the exact checks (stacked trees, a tree's fibre,
+the stationary law of an independence Metropolis-Hastings chain)."""
 
 import collections
 import dataclasses

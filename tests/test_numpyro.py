@@ -19,6 +19,8 @@ from bdtree_jax.exact import gaussian_leaf_log_lik, soft_topology_posterior, top
 from bdtree_jax.numpyro import TopologyMH, TreeKernel, TreeTopology, soft_tree
 from bdtree_jax.soft import leaf_membership, right_prob_df
 
+from helpers import topology_frequencies
+
 
 def _topo(max_depth, splits):
     t = np.zeros(2 ** (max_depth + 1) - 1, bool)
@@ -105,8 +107,7 @@ def test_topology_sample_matches_prior(max_depth, tol):
     draws = np.asarray(jax.jit(lambda k: d.sample(k, (20000,)))(jax.random.key(0)))
     assert draws.shape == (20000, 2 ** (max_depth + 1) - 1)
     assert np.isfinite(_log_prob(d, draws)).all()  # every draw is a valid topology
-    counts = collections.Counter(topology_string(t) for t in draws)
-    empirical = {k: v / len(draws) for k, v in counts.items()}
+    empirical = topology_frequencies(draws)
     tops = _all_topologies(max_depth)
     prior = {topology_string(t): float(p) for t, p in zip(tops, np.exp(_log_prob(d, tops)))}
     assert tv_distance(prior, empirical) <= tol, (prior, empirical)
@@ -197,8 +198,7 @@ def test_tree_kernel_matches_exact_topology_posterior(tiny_regression, grow_prob
     mcmc.run(jax.random.key(0), jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32))
     topo = np.asarray(mcmc.get_samples()["tree_topology"])
     assert topo.shape == (40_000, 7)
-    counts = collections.Counter(topology_string(t) for t in topo)
-    empirical = {k: v / len(topo) for k, v in counts.items()}
+    empirical = topology_frequencies(topo)
     assert set(empirical) == set(exact)
     assert tv_distance(exact, empirical) <= 0.05, (exact, empirical)
 

@@ -39,19 +39,19 @@ from scipy.stats import betabinom, poisson
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid
-from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance, leaf_partition
+from bdtree_jax.exact import enumerate_posterior, enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.kernels import cgm, edit, fibre_gibbs, perturb, pg, regrow, smc, wu
 from bdtree_jax.kernels.base import SamplingAlgorithm
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
+from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import PinballTables, TreePrior, log_tree_prior, make_tree_data, node_bounds, node_stats, pinball_shape
 from bdtree_jax.driver import run_chains, trace_count
 from bdtree_jax.tree import Tree, from_string
 
+from helpers import TOY_X, TOY_Y_CLASS, TOY_Y_REG, chain_frequencies, fibre, stack_trees, stationary_tv, toy_problem
+
 CUBE = np.array(list(itertools.product([0.0, 1.0], repeat=3)))
 Y_CUBE = np.array([0, 1, 1, 0, 1, 0, 0, 1])
-X = np.array([[1, 5], [2, 3], [3, 6], [4, 1], [5, 2], [6, 4]], float)
-Y_CLASS = np.array([0, 0, 1, 1, 0, 1])
-Y_REG = np.array([0.1, -0.3, 1.2, 1.0, 0.2, 1.4])
+X, Y_CLASS, Y_REG = TOY_X, TOY_Y_CLASS, TOY_Y_REG
 LIK = DirichletMultinomial(2, 1.0)
 
 RATE, BALANCE = 3.0, 0.5  # P(K) = (0.077, 0.231, 0.347, 0.347) on 1..4; root balance at K = 4: (3/8, 1/4, 3/8)
@@ -94,11 +94,6 @@ def _prior_only(config):
                              lambda s, i: cgm.trace(s, i, config.trace_dtypes), cgm.draw)
 
 
-def _stack(strings, thresholds, max_depth):
-    parsed = [from_string(s, thresholds, max_depth) for s in strings]
-    return Tree(*(jnp.asarray(np.stack(a)) for a in zip(*parsed)))
-
-
 # ----------------------------------------------------------------------------------------------
 # a. the enumerated prior and the JAX prior
 
@@ -112,7 +107,7 @@ def test_enumerated_cube_prior_has_the_analytic_laws():
     lp = np.array([w for _, w, _ in trees])
     assert abs(logsumexp(lp)) < 1e-9
     grid = make_split_grid(CUBE)
-    counts = _leaf_counts(_stack([s for s, _, _ in trees], grid.thresholds, 3).is_split)
+    counts = _leaf_counts(stack_trees([s for s, _, _ in trees], grid.thresholds, 3).is_split)
     K, k_left = counts[:, 0], counts[:, 1]
     p = np.exp(lp)
     np.testing.assert_allclose([p[K == k].sum() for k in range(1, 5)], _p_size(RATE, 4), atol=1e-12)
@@ -135,7 +130,7 @@ def test_enumerated_prior_with_dead_ends_is_normalised_and_truncated():
         post = enumerate_posterior(X, LIK.point_stats(Y_CLASS), prior, LIK, beta=0.0)
         assert sum(post.values()) == pytest.approx(1.0, abs=1e-12)
         grid = make_split_grid(X)
-        counts = _leaf_counts(_stack([s for s, _, _ in trees], grid.thresholds, max_depth).is_split)
+        counts = _leaf_counts(stack_trees([s for s, _, _ in trees], grid.thresholds, max_depth).is_split)
         K = counts[:, 0]
         assert K.max() == k_max
         size = np.array([np.exp(lp)[K == k].sum() for k in range(1, k_max + 1)])
@@ -168,14 +163,14 @@ def test_jax_log_prior_matches_enumeration(X_, y, max_depth, k_max, min_leaf_siz
     assert isinstance(data.split_prob, PinballTables)
     config = cgm.CGMConfig.from_prior(prior)
     score = jax.jit(jax.vmap(lambda t: cgm.init(None, data, config, t).log_prior))
-    got = np.asarray(score(_stack([s for s, _, _ in trees], grid.thresholds, max_depth)))
+    got = np.asarray(score(stack_trees([s for s, _, _ in trees], grid.thresholds, max_depth)))
     np.testing.assert_allclose(got, [w for _, w, _ in trees], rtol=1e-5, atol=1e-5)
     if X_ is CUBE:
         # a tree beyond K_max (K_max + 1 = 5 leaves) has prior 0; the same tree is fine with K_max = 5
         big = enumerate_trees(X_, LIK.point_stats(y), _pinball(max_leaves=5), LIK)
         extra = sorted(set(s for s, _, _ in big) - {s for s, _, _ in trees})
         assert len(extra) > 0
-        assert np.all(np.isneginf(np.asarray(score(_stack(extra, grid.thresholds, max_depth)))))
+        assert np.all(np.isneginf(np.asarray(score(stack_trees(extra, grid.thresholds, max_depth)))))
 
 
 def test_tables_travel_in_tree_data_and_cgm_default_is_unchanged():
@@ -295,17 +290,10 @@ def test_perturb_prior_only_reproduces_pinball_prior():
 # c. the posterior with data (and d. negative controls)
 
 
-def _posterior_problem(task, prior):
-    lik, y = ((LIK, Y_CLASS) if task == "classification"
-              else (NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(Y_REG))), Y_REG))
-    grid = make_split_grid(X)
-    return lik, y, grid, make_tree_data(grid.bin(X), y, prior, lik, grid=grid)
-
-
 def _posterior_run(algorithm, data, grid, iterations=30_000):
     traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=16, num_iterations=iterations,
                            block_size=10_000)  # one program for both run lengths
-    return tree_frequencies(Tree(*(a[:, 500:] for a in traces["tree"])), grid.thresholds)
+    return chain_frequencies(traces, grid.thresholds, 500)
 
 
 def test_cgm_matches_enumerated_pinball_posterior_and_control_fails():
@@ -314,15 +302,15 @@ def test_cgm_matches_enumerated_pinball_posterior_and_control_fails():
     0.36 away; the same compiled chain fed λ = 1 fails the tolerance (the wrong-γ control is the
     prior-only test's, where γ's effect is larger)."""
     prior = _pinball(max_depth=2, max_leaves=None)
-    lik, y, grid, data = _posterior_problem("classification", prior)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
-    assert tv_distance(exact, enumerate_posterior(X, lik.point_stats(y), TreePrior(max_depth=2), lik)) > 0.15
+    p = toy_problem("classification", prior=prior)
+    grid, data, exact = p.grid, p.data, p.exact
+    assert tv_distance(exact, toy_problem("classification", 2).exact) > 0.15
     algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
     freqs = _posterior_run(algorithm, data, grid)
     n_traces = trace_count()
     assert set(freqs) <= set(exact), "sampler visited a tree outside the prior's support"
     tv = tv_distance(freqs, exact)
-    wrong = _posterior_problem("classification", _pinball(max_depth=2, max_leaves=None, rate=1.0))[3]
+    wrong = toy_problem("classification", prior=_pinball(max_depth=2, max_leaves=None, rate=1.0)).data
     tv_wrong = tv_distance(_posterior_run(algorithm, wrong, grid, 10_000), exact)
     print(f"posterior TV {tv:.4f}; control (λ = 1) TV {tv_wrong:.4f}")
     assert trace_count() == n_traces
@@ -335,8 +323,8 @@ def test_cgm_matches_enumerated_pinball_posterior_and_control_fails():
 def test_perturb_matches_enumerated_pinball_posterior(task):
     """proposal="cgm+perturb" under the pinball prior (its ratio uses the full prior ratio)."""
     prior = _pinball(max_depth=2, max_leaves=None)
-    lik, y, grid, data = _posterior_problem(task, prior)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
+    p = toy_problem(task, prior=prior)
+    grid, data, exact = p.grid, p.data, p.exact
     config = cgm.CGMConfig.from_prior(prior)
     freqs = _posterior_run(perturb.with_perturb(config, perturb.PerturbConfig.from_cgm(config)), data, grid)
     assert set(freqs) <= set(exact)
@@ -355,26 +343,11 @@ K4 = "x0<=3.5(x1<=4.5(L,L),x0<=4.5(L,L))"
 
 
 def _wu_fibre(prior):
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), Y_CLASS, prior, LIK, grid=grid)
-    start = Tree(*(jnp.asarray(a) for a in from_string(K4, grid.thresholds, prior.max_depth)))
-    bins = grid.bin(X)
-    target = leaf_partition(start, bins)
-    fibre = [(s, w) for s, w, _ in enumerate_trees(X, LIK.point_stats(Y_CLASS), prior, LIK)
-             if leaf_partition(from_string(s, grid.thresholds, prior.max_depth), bins) == target]
-    names = [s for s, _ in fibre]
-    log_prior = np.array([w for _, w in fibre])
-    state = cgm.init(None, data, cgm.CGMConfig.from_prior(prior), tree=start)
-    return grid, data, state, names, log_prior
-
-
-def _stationary_tv(q, phi, target):
-    """TV between ``target`` and the stationary law of the MH matrix ``q(T') min(1, Φ(T')/Φ(T))``."""
-    P = q[None, :] * np.minimum(1.0, np.exp(phi[None, :] - phi[:, None]))
-    P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
-    evals, evecs = np.linalg.eig(P.T)
-    law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
-    return 0.5 * np.abs(law / law.sum() - target).sum()
+    p = toy_problem("classification", prior=prior)
+    start = Tree(*(jnp.asarray(a) for a in from_string(K4, p.grid.thresholds, prior.max_depth)))
+    names, log_prior = fibre(p, start)
+    state = cgm.init(None, p.data, cgm.CGMConfig.from_prior(prior), tree=start)
+    return p.grid, p.data, state, names, log_prior
 
 
 @pytest.mark.slow
@@ -389,7 +362,7 @@ def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     assert len(names) == 36
     pi = np.exp(log_prior - logsumexp(log_prior))
     assert np.ptp(log_prior) > 1.0
-    heaps = _stack(names, grid.thresholds, 3)
+    heaps = stack_trees(names, grid.thresholds, 3)
     is_group, glo, ghi = fibre_gibbs.group_bins(state, data)
     rc = wu.RestructureConfig(3, 1)
     u0 = jnp.zeros(heaps.is_split.shape[1])
@@ -400,8 +373,8 @@ def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     q = np.exp(replay.log_q)
     np.testing.assert_allclose(q.sum(), 1.0, atol=1e-5)
     phi = np.asarray(wu._log_phi(replay, rc), float)
-    tv_mh = _stationary_tv(q, phi, pi)
-    tv_bad = _stationary_tv(q, np.asarray(wu._log_phi(replay, wu.RestructureConfig(3, 1, drop_w=True)), float), pi)
+    tv_mh = stationary_tv(q, phi, pi)
+    tv_bad = stationary_tv(q, np.asarray(wu._log_phi(replay, wu.RestructureConfig(3, 1, drop_w=True)), float), pi)
     K = 4
     gc = wu.RestructureConfig(3, 1, kind="auto", max_groups=4)
     log_z = float(jax.jit(lambda s: fibre_gibbs._fibre_dp(s, data, gc).log_z[0, 2**K - 1])(state))
@@ -436,13 +409,13 @@ def test_wu_schedule_matches_enumerated_pinball_posterior(restructure, max_group
     """The WU schedule (2 CGM steps, 1 restructure, 2 CGM steps) under the pinball prior vs the
     enumerated posterior (toy data, depth 2): TV <= 0.04."""
     prior = _pinball(max_depth=2, max_leaves=None)
-    lik, y, grid, data = _posterior_problem("classification", prior)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
+    p = toy_problem("classification", prior=prior)
+    grid, data, exact = p.grid, p.data, p.exact
     algorithm = wu.wu(wu.WUConfig(cgm.CGMConfig.from_prior(prior), n_local=2, restructure=restructure,
                                   max_groups=max_groups))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(9), num_chains=16, num_iterations=6000,
                            block_size=6000)
-    freqs = tree_frequencies(Tree(*(a[:, 200:] for a in traces["tree"])), grid.thresholds)
+    freqs = chain_frequencies(traces, grid.thresholds, 200)
     assert set(freqs) <= set(exact)
     tv = tv_distance(freqs, exact)
     rate = traces["restructure_accepted"].mean()
@@ -527,8 +500,7 @@ def test_kernels_that_draw_from_the_cgm_prior_refuse_pinball_tables():
     CGM98 generative process raises a ValueError naming ``structure`` (at trace time, before any
     work)."""
     prior = _pinball(max_depth=2, max_leaves=None)
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), Y_CLASS, prior, LIK, grid=grid)
+    data = toy_problem("classification", prior=prior).data
     config = cgm.CGMConfig.from_prior(prior)
     state = cgm.init(None, data, config)
     key = jax.random.key(0)

@@ -20,23 +20,18 @@ from scipy.special import logsumexp
 
 import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid
-from bdtree_jax.exact import (
-    enumerate_edit_posterior,
-    enumerate_posterior,
-    enumerate_trees,
-    tree_frequencies,
-    tv_distance,
-)
+from bdtree_jax.exact import enumerate_edit_posterior, enumerate_trees, tv_distance
 from bdtree_jax.kernels import cgm, edit, regrow, smc
 from bdtree_jax.kernels._moves import draw_rule
-from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
+from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, make_tree_data, mask_bounds
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
 
+from helpers import TOY_Y_CLASS, chain_frequencies, particle_frequencies, stack_trees, toy_problem
+
 X = np.array([[0.0, 4.3], [1.0, 0.0], [1.5, 10.0], [5.0, 4.0], [5.2, 4.5], [9.0, 7.0]])
-Y_CLASS = np.array([0, 0, 1, 1, 0, 1])
-Y_REG = np.array([0.1, -0.3, 1.2, 1.0, 0.2, 1.4])
+Y_CLASS = TOY_Y_CLASS
 GAPS = [np.diff(np.unique(X[:, f])) for f in range(2)]
 
 # Same budget as the CGM / regrow enumeration tests: 16 chains x 30,000 iterations, whose Monte
@@ -45,18 +40,8 @@ CHAINS, ITERS, BURN = 16, 30_000, 500
 
 
 def _problem(task, max_depth, min_leaf_size, split_prior="range"):
-    prior = TreePrior(max_depth=max_depth, alpha=0.95, beta=1.0, min_leaf_size=min_leaf_size, split_prior=split_prior)
-    if task == "classification":
-        lik, y = DirichletMultinomial(2, 1.0), Y_CLASS
-    else:
-        lik, y = NormalMeanShift(nu=3.0, lam=0.1, a=1 / 3, mu_bar=float(np.mean(Y_REG))), Y_REG
-    grid = make_split_grid(X)
-    data = make_tree_data(grid.bin(X), y, prior, lik, grid=grid)
-    return prior, lik, y, grid, data
-
-
-def _frequencies(traces, thresholds):
-    return tree_frequencies(Tree(*(a[:, BURN:] for a in traces["tree"])), thresholds)
+    """The toy problem on the unevenly spaced inputs ``X`` (the toy labels)."""
+    return toy_problem(task, max_depth, min_leaf_size, split_prior, X=X)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,7 +96,7 @@ def test_rule_probabilities_and_draws(min_leaf_size):
     """``log_rule_prob`` over a node's rules sums to 1 and equals (1 / valid features) x (gap
     width / summed widths of the valid cuts); 10^5 ``_draw_rule`` draws reproduce it (every cell
     within 5 binomial standard errors); ``log_cut_probs`` (SMC's one-step-optimal proposal) agrees."""
-    prior, _, _, grid, data = _problem("classification", 3, min_leaf_size)
+    data = _problem("classification", 3, min_leaf_size).data
     cum = data.cut_cumwidth
     B = cum.shape[1]
     root = np.ones(len(X), bool)
@@ -144,9 +129,9 @@ def test_rule_probabilities_and_draws(min_leaf_size):
 
 
 def test_uniform_table_is_arange_and_range_table_is_the_gap_widths():
-    _, _, _, grid, uniform = _problem("classification", 2, 1, "uniform")
+    uniform = _problem("classification", 2, 1, "uniform").data
     np.testing.assert_array_equal(np.asarray(uniform.cut_cumwidth), np.tile(np.arange(7, dtype=np.float32), (2, 1)))
-    cum = np.asarray(_problem("classification", 2, 1)[4].cut_cumwidth, np.float64)
+    cum = np.asarray(_problem("classification", 2, 1).data.cut_cumwidth, np.float64)
     for f in range(2):
         np.testing.assert_allclose(np.diff(cum[f]), np.r_[GAPS[f] / GAPS[f].sum(), 0.0], atol=1e-7)
     # padded cuts (a feature with fewer cuts than the widest one) weigh 0
@@ -182,13 +167,12 @@ def test_range_table_keeps_tiny_gaps_and_uniform_draws_are_the_plain_rule():
 def test_jax_log_prior_matches_enumeration():
     """The kernels' log tree prior (``log_tree_prior`` via ``cgm.init``) on every enumerated tree."""
     for min_leaf_size, max_depth in [(1, 2), (2, 3)]:
-        prior, lik, y, grid, data = _problem("classification", max_depth, min_leaf_size)
-        trees = enumerate_trees(X, lik.point_stats(y), prior, lik)
-        parsed = [from_string(s, grid.thresholds, max_depth) for s, _, _ in trees]
-        stacked = Tree(*(jnp.asarray(np.stack(a)) for a in zip(*parsed)))
-        config = cgm.CGMConfig.from_prior(prior)
-        states = jax.jit(jax.vmap(lambda t: cgm.init(None, data, config, t)))(stacked)
-        np.testing.assert_allclose(np.asarray(states.log_prior), [lp for _, lp, _ in trees], rtol=1e-5, atol=1e-5)
+        p = _problem("classification", max_depth, min_leaf_size)
+        stacked = stack_trees(p.trees, p.grid.thresholds, max_depth)
+        config = cgm.CGMConfig.from_prior(p.prior)
+        states = jax.jit(jax.vmap(lambda t: cgm.init(None, p.data, config, t)))(stacked)
+        np.testing.assert_allclose(np.asarray(states.log_prior), [lp for lp, _ in p.trees.values()], rtol=1e-5,
+                                   atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,17 +192,17 @@ def test_chain_matches_enumerated_range_posterior(kind, task, min_leaf_size, max
     """CGM (the rule draw, its proposal density and the prior) and prune-and-regrow (the
     regrown subtree's rules) sample the exact ``split_prior="range"`` posterior (TV <= 0.04;
     uniform vs range exact posteriors are TV >= 0.45 apart on these data)."""
-    prior, lik, y, grid, data = _problem(task, max_depth, min_leaf_size)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
-    uniform = enumerate_posterior(X, lik.point_stats(y), TreePrior(max_depth, 0.95, 1.0, min_leaf_size), lik)
+    p = _problem(task, max_depth, min_leaf_size)
+    exact = p.exact
+    uniform = _problem(task, max_depth, min_leaf_size, "uniform").exact
     assert tv_distance(exact, uniform) > 0.4  # the test has power
     if kind == "cgm":
-        algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
+        algorithm = cgm.cgm(cgm.CGMConfig.from_prior(p.prior))
     else:
-        algorithm = regrow.regrow(regrow.RegrowConfig(prior.max_depth, prior.min_leaf_size))
-    traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=CHAINS, num_iterations=ITERS,
+        algorithm = regrow.regrow(regrow.RegrowConfig(p.prior.max_depth, p.prior.min_leaf_size))
+    traces, _ = run_chains(algorithm, p.data, key=jax.random.key(5), num_chains=CHAINS, num_iterations=ITERS,
                            block_size=ITERS)
-    freqs = _frequencies(traces, grid.thresholds)
+    freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= set(exact), "sampler visited a tree outside the prior's support"
     assert tv_distance(freqs, exact) <= 0.04
 
@@ -230,13 +214,12 @@ def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_
     """64 runs x 1000 particles (as tests/kernels/test_smc.py): the prior proposal draws rules
     with ``_draw_rule``, the one-step-optimal one weighs every rule by ``log_cut_probs``; the
     weighted final particles are within TV 0.04 of the exact range posterior."""
-    prior, lik, y, grid, data = _problem("classification", max_depth, min_leaf_size)
-    exact = enumerate_posterior(X, lik.point_stats(y), prior, lik)
+    p = _problem("classification", max_depth, min_leaf_size)
+    exact = p.exact
     config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold)
-    run = jax.jit(jax.vmap(lambda k: smc.run(k, data, config, int(grid.n_cuts.max()) + 1)))
+    run = jax.jit(jax.vmap(lambda k: smc.run(k, p.data, config, int(p.grid.n_cuts.max()) + 1)))
     out = jax.device_get(run(jax.random.split(jax.random.key(3), 64)))
-    lw = np.asarray(out.log_weight, np.float64)
-    freqs = tree_frequencies(out.trees, grid.thresholds, weights=np.exp(lw - logsumexp(lw, axis=1, keepdims=True)))
+    freqs = particle_frequencies(out, p.grid.thresholds)
     assert set(freqs) <= set(exact), "a particle left the prior's support"
     assert tv_distance(freqs, exact) <= 0.04
 
@@ -246,16 +229,18 @@ def test_edit_prior_follows_split_prior():
     matches the exact edit-prior posterior with range cut probabilities (TV <= 0.04; it is TV 0.20
     from the uniform one, whose mass stays near the initial tree)."""
     t0, mean_edits, max_edits = "x0<=3.25(L,L)", 1.5, 5
-    prior, lik, y, grid, td = _problem("classification", 2, 1)
-    exact = enumerate_edit_posterior(X, lik.point_stats(y), prior, lik, t0, mean_edits=mean_edits, max_edits=max_edits)
+    p = _problem("classification", 2, 1)
+    lik, y, grid = p.likelihood, p.y, p.grid
+    exact = enumerate_edit_posterior(X, lik.point_stats(y), p.prior, lik, t0, mean_edits=mean_edits,
+                                     max_edits=max_edits)
     uniform = enumerate_edit_posterior(X, lik.point_stats(y), TreePrior(max_depth=2), lik, t0, mean_edits=mean_edits,
                                        max_edits=max_edits)
     assert tv_distance(exact, uniform) > 0.15
-    data = edit.EditData(td, Tree(*(jnp.asarray(a) for a in from_string(t0, grid.thresholds, 2))))
+    data = edit.EditData(p.data, Tree(*(jnp.asarray(a) for a in from_string(t0, grid.thresholds, 2))))
     config = edit.EditConfig(2, 1, mean_edits=mean_edits, max_edits=max_edits, regrow_prob=0.5)
     traces, _ = run_chains(edit.edit_prior(config), data, key=jax.random.key(3), num_chains=16, num_iterations=20_000,
                            block_size=20_000)
-    freqs = _frequencies(traces, grid.thresholds)
+    freqs = chain_frequencies(traces, grid.thresholds, BURN)
     assert set(freqs) <= {k for k, v in exact.items() if v > 0}
     assert tv_distance(freqs, exact) <= 0.04
 

@@ -1,8 +1,6 @@
 """RJHMC-Tree: exactness of the "fast" schedule against the posterior over topologies obtained by
 numerical integration, one compilation per run, the h schedule, and the sample()/estimator path."""
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +12,8 @@ from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.kernels.rjhmc import RJHMCConfig, rjhmc
 from bdtree_jax.driver import run_chains, trace_count
 from bdtree_jax.soft import annealed_h, annealing_window
+
+from helpers import topology_frequencies
 
 H, ALPHA, BETA = 0.1, 0.9, 0.5
 WARMUP, KEPT, CHAINS = 200, 2000, 4
@@ -52,9 +52,7 @@ def test_fast_schedule_matches_exact_topology_posterior(tiny, kind):
     assert all(0.1 < p < 0.5 for p in exact.values())
     traces, _ = run_chains(rjhmc(_config(kind)), _data(X, y), key=jax.random.key(0), num_chains=CHAINS,
                            num_iterations=WARMUP + KEPT)
-    topo = traces["is_split"][:, WARMUP:].reshape(-1, 7)
-    counts = collections.Counter(topology_string(t) for t in topo)
-    empirical = {k: v / len(topo) for k, v in counts.items()}
+    empirical = topology_frequencies(traces["is_split"][:, WARMUP:].reshape(-1, 7))
     assert tv_distance(exact, empirical) <= 0.05, (exact, empirical)
     # after warm-up a stay move is always accepted (the HMC legs cancel in the acceptance)
     stay = traces["move"][:, WARMUP:] == 2
@@ -66,9 +64,9 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     """RJHMC (HMC-DF) under Metropolis coupling.  A hot chain on its own (beta = 1/3 fixed: legs
     and acceptance use the tempered density) samples the exact tempered topology posterior, and
     the cold chain of a 3-rung ladder (beta 1, 1/2, 1/3; swaps exchange temperatures) the exact
-    from bdtree_jax.diagnostics import swap_rates
     untempered one, each within TV 0.05.  On these 50 XOR rows the two targets differ by TV ~0.14,
     so a rung that ignored its temperature, or hot draws leaking into the cold chain, fail."""
+    from bdtree_jax.diagnostics import swap_rates
     from bdtree_jax.kernels import tempering
 
     rng = np.random.default_rng(1)
@@ -81,9 +79,7 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     assert tv_distance(exact, exact_hot) > 0.1
 
     def frequencies(traces):
-        topo = traces["is_split"][:, WARMUP:].reshape(-1, 7)
-        counts = collections.Counter(topology_string(t) for t in topo)
-        return {k: v / len(topo) for k, v in counts.items()}
+        return topology_frequencies(traces["is_split"][:, WARMUP:].reshape(-1, 7))
 
     base = rjhmc(_config("df"))
     hot = SamplingAlgorithm(lambda k, d: base.init(k, d)._replace(beta=jnp.float32(1 / 3)), base.step, base.trace)
