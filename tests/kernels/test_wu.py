@@ -328,7 +328,8 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
     assert (one.predict(X) == y).mean() > 0.9
     clf = bd.BayesianTreeClassifier(**{k: v for k, v in kw.items() if k != "seed"}, seed=3).fit(X, y)
     assert clf.get_params()["n_local"] == 3
-    assert clf.get_params()["restructure"] == "auto" and clf.get_params()["max_groups"] == 10
+    wu_params = bd.BayesianTreeClassifier(method=bd.WU(n_local=3)).get_params()
+    assert wu_params["method__restructure"] == "auto" and wu_params["method__max_groups"] == 10
     np.testing.assert_array_equal(clf.posterior_.trees.cut, one.trees.cut)
     Xr, _, y_reg = toy_data
     reg = bd.BayesianTreeRegressor(method="wu", n_local=2, max_depth=2, num_warmup=5, num_samples=20, num_chains=1,
