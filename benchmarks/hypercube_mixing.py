@@ -50,13 +50,14 @@ def true_tree_log_posterior(X, y, D: int, split_prior: str) -> float:
     """log p(T) + log L(T) of the tree that splits every vertex apart (x0 <= 0, then x1 <= 0, ...)."""
     import bdtree_jax as bd
     from bdtree_jax.kernels import cgm
+    from bdtree_jax.kernels._moves import score
     from bdtree_jax.tree import from_string
 
     problem = bd.build_problem(X, y, task="regression", prior=bd.TreePrior(max_depth=D + 2, split_prior=split_prior),
                                likelihood={"a": A})
     text = lambda d: "L" if d == D else f"x{d}<=0({text(d + 1)},{text(d + 1)})"  # noqa: E731
     tree = from_string(text(0), problem.grid.thresholds, D + 2)
-    state = cgm._score(tree, problem.data, cgm.CGMConfig(D + 2), 1.0)
+    state = score(tree, problem.data, cgm.CGMConfig(D + 2), 1.0)
     return float(state.log_lik + state.log_prior)
 
 

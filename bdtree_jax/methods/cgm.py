@@ -12,6 +12,7 @@ import numpy as np
 
 from ..driver import CGM_BLOCK_SIZE
 from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
+from ..kernels._moves import score
 from ..priors import violates_boxes
 from ..tree import Tree
 from .base import Kernel, MCMCMethod, with_tempering
@@ -154,7 +155,7 @@ class CGM(MCMCMethod):
         data = problem.data
         config = cgm_kernel.CGMConfig(prior.max_depth, prior.min_leaf_size)
         with jax.disable_jit():
-            plain = cgm_kernel._score(tree, data._replace(box_side=None), config, 1.0)
+            plain = score(tree, data._replace(box_side=None), config, 1.0)
             if not np.isfinite(float(plain.log_prior)):
                 raise ValueError(
                     f"{where}initial_tree is outside the prior's support: some split leaves a child with fewer than "
