@@ -90,9 +90,28 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
     return jax.vmap(one)(keys, trees)
 
 
+@dataclass(eq=False, kw_only=True)
 class _DrawSummaries:
-    """What every posterior of draws offers once it has ``predict_draws``, ``sample_function``,
-    ``stats``, ``task``, ``classes``, ``num_chains`` and ``num_draws``."""
+    """What every posterior of draws holds (the fields below, given by keyword) and offers once a
+    subclass adds ``predict_draws``, ``sample_function``, ``num_chains`` and ``num_draws``."""
+
+    stats: dict
+    """(C, S) arrays per diagnostic: ``log_lik``, ``log_prior``, ``log_posterior`` (their sum,
+    unnormalised), ``n_leaves``, ``depth``, ``accepted``, ``move`` and the method's own."""
+    warmup_stats: dict
+    """The same for the warm-up (burn-in) iterations, (C, W)."""
+    task: str
+    """"classification" or "regression"."""
+    classes: np.ndarray | None
+    """(K,) class labels (classification) or None."""
+    feature_names: list
+    """The features' names, (F,) str."""
+    train_y: np.ndarray
+    """(n,) the encoded training response (class codes or real values)."""
+    method: str = "cgm"
+    """Name of the method that drew the posterior."""
+    info: dict = field(default_factory=dict)
+    """Free-form run metadata (seed, timings, ...)."""
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) posterior-averaged class probabilities (classification)."""
@@ -157,39 +176,24 @@ class _DrawSummaries:
 
 @dataclass(eq=False)
 class Posterior(_DrawSummaries):
-    """Draws of a tree sampler (arrays are numpy, leading axes ``(chain, draw)``).
-
-    Attributes
-    ----------
-    trees : Tree of (C, S, N) arrays.
-    stats : dict of (C, S) arrays: ``log_lik`` (log integrated likelihood), ``log_prior``,
-        ``log_posterior`` (their sum, unnormalised), ``n_leaves``, ``depth``, ``accepted``,
-        ``move``.
-    warmup_stats : the same for the warm-up (burn-in) iterations, (C, W).
-    grid : SplitGrid of the training data (thresholds of every cut).
-    likelihood, prior : the model.
-    task : "classification" or "regression".
-    classes : (K,) class labels (classification) or None.
-    feature_names : list of str.
-    train_bins : (n, F) int32 and train_stats : (n, S) float32, the training data the leaf
-        parameters are conditioned on; ``train_y`` the encoded response.
-    method : name of the sampler; ``info`` free-form run metadata (seed, timings, ...).
-    """
+    """Draws of a tree sampler (arrays are numpy, leading axes ``(chain, draw)``); the fields
+    shared by every posterior (``stats``, ``warmup_stats``, ``task``, ``classes``,
+    ``feature_names``, ``train_y``, ``method``, ``info``) are described on the base class, the
+    hard tree's own below."""
 
     trees: Tree
-    stats: dict
-    warmup_stats: dict
+    """Tree of (C, S, N) arrays."""
     grid: SplitGrid
+    """The training data's split grid (thresholds of every cut)."""
     likelihood: Any
+    """The leaf model (:class:`~bdtree_jax.likelihoods.DirichletMultinomial` or
+    :class:`~bdtree_jax.likelihoods.NormalMeanShift`)."""
     prior: TreePrior
-    task: str
-    classes: np.ndarray | None
-    feature_names: list
+    """The tree prior."""
     train_bins: np.ndarray
+    """(n, F) int32 training bins the leaf parameters are conditioned on."""
     train_stats: np.ndarray
-    train_y: np.ndarray
-    method: str = "cgm"
-    info: dict = field(default_factory=dict)
+    """(n, S) float32 training sufficient statistics per row."""
 
     # -- shape -------------------------------------------------------------------------------
     @property

@@ -82,35 +82,24 @@ def _soft_pointwise(keys, draws, X_train, onehot, y, h, concentration, kind):
 @dataclass(eq=False)
 class SoftTreePosterior(_DrawSummaries):
     """Draws of RJHMC-Tree (HMC-DF / HMC-DFI); arrays are numpy with leading axes ``(chain, draw)``.
-
-    Attributes
-    ----------
-    draws : dict of arrays: ``is_split`` (C, S, N) bool topology, ``feature`` (C, S, M) split
-        features (HMC-DF), ``tree_tau`` (C, S, M) thresholds in scaled units, ``tree_weights``
-        (C, S, M, F) (HMC-DFI), ``leaf_mean`` (C, S, N) and ``sigma`` (C, S) (regression).
-        Entries of slots that do not split / are not leaves are padding.
-    stats : dict of (C, S) arrays: ``log_lik`` (at ``h_final``), ``log_prior`` (topology),
-        ``log_posterior``, ``n_leaves``, ``depth``, ``accepted``, ``move`` (0 grow, 1 prune, 2 stay),
-        ``log_alpha``, ``step_size``, ``nuts_accept``, ``nuts_grads``, ``diverging``.
-    warmup_stats : the same for the warm-up iterations.
-    config : the :class:`~bdtree_jax.kernels.rjhmc.RJHMCConfig` of the run.
-    x_min, x_range : (F,) the training min-max scaling.
-    train_X : (n, F) scaled training inputs; train_y : (n,) class codes or response.
-    """
+    The fields every posterior shares are described on the base class; ``stats`` adds
+    ``move`` (0 grow, 1 prune, 2 stay), ``log_alpha``, ``step_size``, ``nuts_accept``, ``nuts_grads``
+    and ``diverging``, with ``log_lik`` at ``h_final`` and ``log_prior`` of the topology."""
 
     draws: dict
-    stats: dict
-    warmup_stats: dict
+    """``is_split`` (C, S, N) bool topology, ``feature`` (C, S, M) split features (HMC-DF),
+    ``tree_tau`` (C, S, M) thresholds in scaled units, ``tree_weights`` (C, S, M, F) (HMC-DFI),
+    ``leaf_mean`` (C, S, N) and ``sigma`` (C, S) (regression).  Entries of slots that do not split
+    / are not leaves are padding."""
     config: Any
+    """The :class:`~bdtree_jax.kernels.rjhmc.RJHMCConfig` of the run."""
     x_min: np.ndarray
+    """(F,) the training minimum of each feature (min-max scaling)."""
     x_range: np.ndarray
-    task: str
-    classes: np.ndarray | None
-    feature_names: list
+    """(F,) the training range of each feature (min-max scaling)."""
     train_X: np.ndarray
-    train_y: np.ndarray
-    method: str = "hmc-df"
-    info: dict = field(default_factory=dict)
+    """(n, F) scaled training inputs."""
+    method: str = field(default="hmc-df", kw_only=True)
 
     @property
     def num_chains(self) -> int:
