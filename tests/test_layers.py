@@ -41,7 +41,7 @@ LAYERS = {
     "driver": ("bdtree_jax.driver",),
     "posterior": ("bdtree_jax.posterior", "bdtree_jax._arviz", "bdtree_jax.diagnostics"),
     "face": ("bdtree_jax.methods", "bdtree_jax.api", "bdtree_jax.estimators", "bdtree_jax.cli",
-             "bdtree_jax.sampling", "bdtree_jax.bart", "bdtree_jax"),
+             "bdtree_jax"),
 }
 
 _BELOW_MODEL = ("model", "data", "tree", "base")
