@@ -46,10 +46,6 @@ from ..tree import Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_
 from ._moves import CGMState, draw_rule, mh_log_ratio, pick, score, targets, with_scores
 from .base import SamplingAlgorithm
 
-# The old private spellings of two shared moves (:mod:`bdtree_jax.kernels._moves`), still read by BART.
-_score = score
-_log_ratio = mh_log_ratio
-
 __all__ = [
     "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
     "build_kernel", "cgm", "LocalProposal", "propose", "apply_local",
@@ -269,7 +265,7 @@ class LocalProposal(NamedTuple):
 
     Nothing here depends on the rows' responses (only on the tree, its rows' leaves, its bounds
     and the inputs), so BART proposes a move for every tree of the ensemble at once before its
-    sequential sweep (:mod:`bdtree_jax.bart`); the CGM kernel adds the likelihood from its cached
+    sequential sweep (:mod:`bdtree_jax.kernels.bart`); the CGM kernel adds the likelihood from its cached
     node statistics (:func:`_local_step`).
 
     Attributes
