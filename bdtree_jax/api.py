@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 from .methods import RunOptions, from_flat
 from .methods.flat import warn_deprecated
@@ -76,12 +77,40 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     return method.run(problem, options, tempering, where=where)
 
 
+class FlatOptions(NamedTuple):
+    """A flat keyword mapping sorted onto :func:`sample`'s arguments (:func:`split_flat`)."""
+
+    method: Any
+    tempering: Any
+    prior_options: dict
+    leaf_options: dict
+    rest: dict
+    moved: list
+
+
+def split_flat(method, flat: dict, *, where: str) -> FlatOptions:
+    """Sort flat keywords (earlier versions' ``sample`` keywords, or a config's flat keys) onto the
+    method and tempering objects (:func:`~bdtree_jax.methods.from_flat`), the prior's options, the
+    leaf model's options (those given as None dropped) and the rest; ``moved`` pairs each mapped
+    keyword with its new spelling.  Warns nothing: callers decide."""
+    method, tempering, rest, moved = from_flat(method, flat, where=where)
+    prior_options = {k: rest.pop(k) for k in PRIOR_OPTIONS if k in rest}
+    leaf_options = {k: v for k, v in ((k, rest.pop(k)) for k in LEAF_OPTIONS if k in rest) if v is not None}
+    return FlatOptions(method, tempering, prior_options, leaf_options, rest, moved)
+
+
+def tree_prior(options: dict, where: str) -> TreePrior:
+    """``TreePrior(**options)``, an invalid option a ``ValueError`` prefixed with ``where``."""
+    try:
+        return TreePrior(**options)
+    except (ValueError, TypeError) as e:
+        raise ValueError(where + str(e)) from None
+
+
 def _from_deprecated(method, flat: dict, tempering, prior, likelihood, where: str):
     """The method, tempering, prior and likelihood once the deprecated flat keywords ``flat`` are
     mapped onto them (each with a ``DeprecationWarning``)."""
-    method, flat_tempering, rest, moved = from_flat(method, flat, where=where)
-    prior_options = {k: rest.pop(k) for k in PRIOR_OPTIONS if k in rest}
-    leaf_options = {k: v for k, v in ((k, rest.pop(k)) for k in LEAF_OPTIONS if k in rest) if v is not None}
+    method, flat_tempering, prior_options, leaf_options, rest, moved = split_flat(method, flat, where=where)
     if rest:
         raise TypeError(f"sample() got unexpected keyword arguments {sorted(rest)}.")
     for name, given, flat_value in (("tempering", tempering, flat_tempering), ("prior", prior, prior_options),
@@ -89,10 +118,7 @@ def _from_deprecated(method, flat: dict, tempering, prior, likelihood, where: st
         if given is not None and flat_value:
             raise ValueError(f"{where}give {name}= or its flat keywords, not both.")
     if prior_options:
-        try:
-            prior = TreePrior(**prior_options)
-        except (ValueError, TypeError) as e:
-            raise ValueError(where + str(e)) from None
+        prior = tree_prior(prior_options, where)
         moved += [(k, f"prior=bd.TreePrior({k}={v!r})") for k, v in prior_options.items()]
     if leaf_options:
         likelihood = leaf_options

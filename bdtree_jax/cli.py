@@ -49,10 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample
-from .methods import METHODS, from_flat
+from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
+from .methods import METHODS
 from .methods.flat import TEMPERING_OPTIONS, method_options
-from .priors import TreePrior
 
 __all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"]
 
@@ -167,13 +166,8 @@ def _sample_arguments(method: str, flat: dict, *, where: str) -> dict:
     """:func:`~bdtree_jax.sample`'s ``method``, ``tempering``, ``prior``, ``likelihood`` and run
     options from a config's flat options.  Flat keys are one of the YAML's two spellings, so no
     ``DeprecationWarning`` here."""
-    method, tempering, rest, _moved = from_flat(method, flat, where=where)
-    prior_options = {k: rest.pop(k) for k in PRIOR_OPTIONS if k in rest}
-    likelihood = {k: v for k, v in ((k, rest.pop(k)) for k in LEAF_OPTIONS if k in rest) if v is not None}
-    try:
-        prior = TreePrior(**prior_options) if prior_options else None
-    except (ValueError, TypeError) as err:
-        raise ValueError(where + str(err)) from None
+    method, tempering, prior_options, likelihood, rest, _moved = split_flat(method, flat, where=where)
+    prior = tree_prior(prior_options, where) if prior_options else None
     return dict(method=method, tempering=tempering, prior=prior, likelihood=likelihood or None, **rest)
 
 

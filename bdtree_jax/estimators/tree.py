@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..api import PRIOR_OPTIONS
 from ..methods import Method, RunOptions, from_flat, method_from_name
 from ..methods.flat import TEMPERING_OPTIONS, method_options, warn_deprecated
 from ..priors import TreePrior
@@ -24,8 +25,6 @@ from ._checks import _FeatureChecks
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor"]
 
-#: The prior's options, flat parameters of the estimators.
-_PRIOR_OPTIONS = tuple(f.name for f in dataclasses.fields(TreePrior))
 #: The run's options the estimators take (``devices`` is left to :func:`~bdtree_jax.sample`).
 _RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name != "devices")
 #: The deprecated flat keywords: every method option and the tempering options.
@@ -75,7 +74,7 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
         unknown = sorted(set(self._deprecated) - set(_DEPRECATED))
         if unknown:
             raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}.")
-        flat = {**{k: getattr(self, k) for k in _PRIOR_OPTIONS}, **self._deprecated}
+        flat = {**{k: getattr(self, k) for k in PRIOR_OPTIONS}, **self._deprecated}
         method, flat_tempering, prior_options, moved = from_flat(self.method, flat, where=where)
         warn_deprecated(moved, stacklevel=4)
         if flat_tempering is not None and self.tempering is not None:
