@@ -16,6 +16,8 @@ from ..data import SplitGrid, check_X
 from ..likelihoods import DirichletMultinomial
 from ..priors import TreePrior
 from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
+from . import streaming
+from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
 __all__ = ["Posterior", "PCFGPosterior", "SMCPosterior", "posterior_from_traces"]
 
@@ -40,32 +42,71 @@ def _sample_leaf_params(key, tree: Tree, stats, likelihood):
     return likelihood.sample_leaf(k1, stats, sigma2), sigma2
 
 
+def _train_cell(n_stats: int) -> int:
+    """Bytes of temporaries per (draw, training row): the leaf descent's int32 arrays and the
+    row's scattered statistics."""
+    return 24 + 8 * n_stats
+
+
+def _row_cell(n_params: int) -> int:
+    """Bytes per (draw, row) of a prediction: the leaf descent, the gathered float32 parameters,
+    the noise, and the host's float64 copy."""
+    return 24 + 20 * n_params
+
+
+#: Bytes per (draw, training row) of the pointwise log-likelihood: the leaf descent, the row's
+#: statistics and probabilities, the log-likelihood and the replicated response.
+_POINTWISE_CELL = 96
+
+
+def _node_stats(tree: Tree, train_bins, train_stats):
+    """(N, S) summed statistics of every node's training rows, the rows taken a chunk at a time:
+    ``train_bins`` (B, r, F), ``train_stats`` (B, r, S) (padding rows carry zero statistics).  The
+    scatter-add visits the rows in their order, as one ``segment_sum`` over all rows would."""
+    zero = jnp.zeros((tree.is_split.shape[-1], train_stats.shape[-1]), train_stats.dtype)
+
+    def add(acc, xs):
+        bins, stats = xs
+        return acc.at[leaf_index(tree, bins)].add(stats), None
+
+    return jax.lax.scan(add, zero, (train_bins, train_stats))[0]
+
+
 @jax.jit
-def _draw_leaf_params(trees: Tree, train_bins, point_stats, test_bins, likelihood):
-    """Posterior-mean leaf parameter at each test row, per draw: (draws, n_test, P)."""
-
-    def one(tree):
-        _, stats = _leaf_stats(tree, train_bins, point_stats)
-        return likelihood.leaf_mean(stats)[leaf_index(tree, test_bins)]
-
-    return jax.vmap(one)(trees)
+def _leaf_means(trees: Tree, train_bins, train_stats, likelihood):
+    """Per draw, the posterior-mean leaf parameter of every node: (D, N, P)."""
+    return jax.vmap(lambda tree: likelihood.leaf_mean(_node_stats(tree, train_bins, train_stats)))(trees)
 
 
-@functools.partial(jax.jit, static_argnames=("predictive",))
-def _draw_function(keys, trees: Tree, train_bins, point_stats, test_bins, likelihood, predictive=False):
-    """Per draw, leaf parameters drawn from their conditional posterior, evaluated at the test rows:
-    (draws, n_test, P) class probabilities or regression function values (plus noise when
-    ``predictive``)."""
+@jax.jit
+def _leaf_draws(keys, trees: Tree, train_bins, train_stats, likelihood):
+    """Per draw, leaf parameters drawn from their conditional posterior, (D, N, P), and sigma^2,
+    (D,) (NaN for classification)."""
 
     def one(key, tree):
-        _, stats = _leaf_stats(tree, train_bins, point_stats)
-        params, sigma2 = _sample_leaf_params(key, tree, stats, likelihood)
-        mu = params[leaf_index(tree, test_bins)]
-        if predictive:
-            mu = mu + jnp.sqrt(sigma2) * jax.random.normal(jax.random.split(key, 3)[1], mu.shape)
-        return mu
+        return _sample_leaf_params(key, tree, _node_stats(tree, train_bins, train_stats), likelihood)
 
     return jax.vmap(one)(keys, trees)
+
+
+@jax.jit
+def _at_rows(params, trees: Tree, bins):
+    """Each draw's node parameters (D, N, P) at the rows ``bins`` (r, F): (D, r, P)."""
+    return jax.vmap(lambda p, tree: p[leaf_index(tree, bins)])(params, trees)
+
+
+@functools.partial(jax.jit, static_argnames=("n_total",))
+def _noisy_at_rows(keys, params, sigma2, trees: Tree, bins, start, n_total):
+    """:func:`_at_rows` plus ``N(0, sigma^2)`` noise: the rows ``start : start + r`` of the
+    ``normal(split(key, 3)[1], (n_total, P))`` each draw's key gives (so the noise of a row does
+    not depend on the chunking)."""
+
+    def one(key, p, s2, tree):
+        mu = p[leaf_index(tree, bins)]
+        noise = normal_rows(jax.random.split(key, 3)[1], start, bins.shape[0], n_total, mu.shape[1:])
+        return mu + jnp.sqrt(s2) * noise
+
+    return jax.vmap(one)(keys, params, sigma2, trees)
 
 
 @jax.jit
@@ -113,14 +154,49 @@ class _DrawSummaries:
     info: dict = field(default_factory=dict)
     """Free-form run metadata (seed, timings, ...)."""
 
+    # A subclass provides ``_inputs(X)`` (the validated rows, (n, ...)), ``_n_params`` (P),
+    # ``_tables(sample, seed)`` (what its draws need at any row, computed once) and
+    # ``_rows(tables, inputs, start, stop, predictive)`` ((D, stop - start, P) float32 for the rows
+    # ``start:stop``, evaluated in chunks of draws x rows).  Prediction streams over chunks of rows.
+
+    @property
+    def _n_params(self) -> int:
+        """P: class probabilities (K) or one regression value per row."""
+        return len(self.classes) if self.task == "classification" else 1
+
+    def _mean_prediction(self, X) -> np.ndarray:
+        """(n, P) float64 average over all draws of the draws' leaf parameter, a chunk of rows at
+        a time (all draws x a chunk of rows fit :data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES`)."""
+        inputs = self._inputs(X)
+        n, P = len(inputs), self._n_params
+        tables = self._tables(sample=False)
+        out = np.empty((n, P))
+        rows = streaming.rows_per_chunk(n, self.num_chains * self.num_draws, 12 * P)
+        for s, e in row_blocks(n, rows):
+            out[s:e] = self._rows(tables, inputs, s, e).mean(0, dtype=np.float64)
+        return out
+
+    def predict_draws(self, X) -> np.ndarray:
+        """(draws, n, P) float32 per-draw leaf parameter at each row of X (chains concatenated)."""
+        inputs = self._inputs(X)
+        return self._rows(self._tables(sample=False), inputs, 0, len(inputs))
+
+    def sample_function(self, X, *, predictive: bool = False, seed: int = 0) -> np.ndarray:
+        """(draws, n, P) float32 posterior draws of the function at X (with ``predictive=True``, of
+        a new response: noise added; regression only)."""
+        if predictive and self.task != "regression":
+            raise ValueError("predictive draws are for regression; use predict_proba for classes.")
+        inputs = self._inputs(X)
+        return self._rows(self._tables(sample=True, seed=seed), inputs, 0, len(inputs), predictive=predictive)
+
     def predict_proba(self, X) -> np.ndarray:
-        """(n, K) posterior-averaged class probabilities (classification)."""
+        """(n, K) posterior-averaged class probabilities (classification), float64."""
         self._require("classification", "predict_proba")
-        return self.predict_draws(X).mean(0, dtype=np.float64)
+        return self._mean_prediction(X)
 
     def predict(self, X) -> np.ndarray:
-        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
-        mean = self.predict_draws(X).mean(0, dtype=np.float64)
+        """Posterior-averaged prediction: (n,) class labels (classification) or means (regression)."""
+        mean = self._mean_prediction(X)
         if self.task == "classification":
             return self.classes[np.argmax(mean, axis=1)]
         return mean[:, 0]
@@ -130,14 +206,22 @@ class _DrawSummaries:
 
         Returns ``(lower, upper)``: (n,) for regression — a credible interval of the regression
         function, or with ``predictive=True`` a prediction interval for a new response — and
-        (n, K) for class probabilities.
+        (n, K) for class probabilities.  Computed a chunk of rows at a time (every draw at a
+        chunk of rows fits :data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES`).
         """
         if not 0 < prob < 1:
             raise ValueError(f"prob must be in (0, 1); got {prob}.")
         if predictive and self.task != "regression":
             raise ValueError("predictive intervals are for regression; use predict_proba for classes.")
-        draws = self.sample_function(X, predictive=predictive, seed=seed).astype(np.float64)
-        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        inputs = self._inputs(X)
+        n, P = len(inputs), self._n_params
+        tables = self._tables(sample=True, seed=seed)
+        lo, hi = np.empty((n, P)), np.empty((n, P))
+        # float32 draws, their float64 copy and the quantile's sorted copy
+        rows = streaming.rows_per_chunk(n, self.num_chains * self.num_draws, 20 * P)
+        for s, e in row_blocks(n, rows):
+            draws = self._rows(tables, inputs, s, e, predictive=predictive).astype(np.float64)
+            lo[s:e], hi[s:e] = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
         if self.task == "regression":
             return lo[:, 0], hi[:, 0]
         return lo, hi
@@ -275,56 +359,104 @@ class Posterior(_DrawSummaries):
             raise ValueError(f"X has feature names {names} but the posterior was fitted with {list(self.feature_names)}.")
         return self.grid.bin(X)
 
+    _inputs = _bins
+
+    def _train_blocks(self, draw_chunk: int):
+        """The training bins (B, r, F) and statistics (B, r, S) in chunks of ``r`` rows sized for
+        ``draw_chunk`` draws at a time (the last chunk padded with zero-statistics rows)."""
+        n, S = self.train_stats.shape
+        rows = streaming.rows_per_chunk(n, draw_chunk, _train_cell(S))
+        blocks = row_blocks(n, rows)
+        bins = np.stack([pad_rows(self.train_bins, s, e, rows) for s, e in blocks])
+        stats = np.stack([pad_rows(self.train_stats, s, e, rows) for s, e in blocks])
+        return jnp.asarray(bins), jnp.asarray(stats)
+
+    def _tables(self, sample: bool, seed: int = 0, idx: np.ndarray | None = None, chunk: int = 256) -> dict:
+        """What the draws ``idx`` (default: all, chains concatenated) need at any row: their trees
+        (Tree of (D, N)), every node's leaf parameter ``params`` (D, N, P) -- the posterior mean
+        given the training rows, or with ``sample`` a draw from its conditional posterior (key
+        ``split(key(seed), draws)[d]``) and then ``sigma2`` (D,) and ``keys`` (D,) too.  The
+        training rows are visited in chunks of draws x rows within the budget."""
+        flat = self._flat_trees()
+        total = flat.is_split.shape[0]
+        idx = np.arange(total) if idx is None else np.asarray(idx)
+        draw_chunk, _ = streaming.plan(len(idx), self.train_stats.shape[0], _train_cell(self.train_stats.shape[1]),
+                                       max_draws=chunk)
+        bins, stats = self._train_blocks(draw_chunk)
+        keys = jax.random.split(jax.random.key(seed), total) if sample else None
+        params, sigma2 = [], []
+        for sel, pad in draw_blocks(idx, draw_chunk):
+            trees = Tree(*(jnp.asarray(np.asarray(a)[pad]) for a in flat))
+            if sample:
+                p, s2 = _leaf_draws(keys[pad], trees, bins, stats, self.likelihood)
+                sigma2.append(np.asarray(s2)[: len(sel)])
+            else:
+                p = _leaf_means(trees, bins, stats, self.likelihood)
+            params.append(np.asarray(p)[: len(sel)])
+        out = dict(trees=Tree(*(np.asarray(a)[idx] for a in flat)), params=np.concatenate(params))
+        if sample:
+            out.update(sigma2=np.concatenate(sigma2), keys=keys[idx])
+        return out
+
+    def _rows(self, tables: dict, bins: np.ndarray, start: int, stop: int, predictive: bool = False,
+              chunk: int = 256) -> np.ndarray:
+        """(D, stop - start, P) float32: every draw of ``tables`` at the rows ``bins[start:stop]``
+        (plus noise with ``predictive``), in chunks of draws x rows within the budget."""
+        params = tables["params"]
+        D, P = params.shape[0], params.shape[-1]
+        m = stop - start
+        draw_chunk, rows = streaming.plan(D, m, _row_cell(P), max_draws=chunk)
+        out = np.empty((D, m, P), np.float32)
+        for sel, pad in draw_blocks(np.arange(D), draw_chunk):
+            trees = Tree(*(jnp.asarray(a[pad]) for a in tables["trees"]))
+            p = jnp.asarray(params[pad])
+            if predictive:
+                keys, s2 = tables["keys"][pad], jnp.asarray(tables["sigma2"][pad])
+            for s, e in row_blocks(m, rows):
+                chunk_bins = jnp.asarray(pad_rows(bins, start + s, start + e, rows))
+                if predictive:
+                    res = _noisy_at_rows(keys, p, s2, trees, chunk_bins, start + s, n_total=len(bins))
+                else:
+                    res = _at_rows(p, trees, chunk_bins)
+                out[sel[0] : sel[-1] + 1, s:e] = np.asarray(res)[: len(sel), : e - s]
+        return out
+
     def predict_draws(self, X, *, max_draws: int | None = None, chunk: int = 256) -> np.ndarray:
         """Per-draw posterior-mean leaf parameter at each row of X.
 
         Returns
         -------
         (draws, n, P) float32: class probabilities (P = K) or leaf means (P = 1); draws are all
-        chains' draws concatenated (thinned evenly to at most ``max_draws``).
+        chains' draws concatenated (thinned evenly to at most ``max_draws``).  Computed in chunks
+        of at most ``chunk`` draws x as many rows as
+        :data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES` allows.
         """
-        test_bins = jnp.asarray(self._bins(X))
-        flat = self._flat_trees()
-        total = flat.is_split.shape[0]
+        bins = self._bins(X)
+        total = self.num_chains * self.num_draws
         idx = np.arange(total)
         if max_draws is not None and total > max_draws:
             idx = np.linspace(0, total - 1, max_draws).round().astype(int)
-        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        return over_draws(
-            lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
-            flat, idx, chunk,
-        )
+        return self._rows(self._tables(False, idx=idx, chunk=chunk), bins, 0, len(bins), chunk=chunk)
 
     def _mean_prediction(self, X, chunk: int = 256) -> np.ndarray:
         """(n, P) float64 average of :meth:`predict_draws` over all draws, evaluating every
         *distinct* tree once and weighting it by its visits (long MH runs revisit few trees many
-        times), so memory is ``chunk x n x P`` whatever the number of draws."""
-        test_bins = jnp.asarray(self._bins(X))
-        flat = [np.asarray(a) for a in self._flat_trees()]
-        first, _, counts = distinct_trees(flat)
-        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
+        times), in chunks of at most ``chunk`` distinct trees x as many rows as the budget allows,
+        so memory is bounded whatever the number of draws and rows."""
+        bins = self._bins(X)
+        first, _, counts = distinct_trees([np.asarray(a) for a in self._flat_trees()])
         weights = counts / counts.sum()
-        out = 0.0
-        for s in range(0, len(first), chunk):
-            sel = np.arange(s, min(s + chunk, len(first)))
-            params = over_draws(
-                lambda _, trees: _draw_leaf_params(trees, train_bins, train_stats, test_bins, self.likelihood),
-                Tree(*flat), first[sel], chunk,
-            )
-            out = out + np.tensordot(weights[sel], params.astype(np.float64), axes=1)
+        tables = self._tables(False, idx=first, chunk=chunk)
+        n, P = len(bins), tables["params"].shape[-1]
+        draw_chunk, rows = streaming.plan(len(first), n, _row_cell(P), max_draws=chunk)
+        out = np.zeros((n, P))
+        for sel, pad in draw_blocks(np.arange(len(first)), draw_chunk):
+            trees = Tree(*(jnp.asarray(a[pad]) for a in tables["trees"]))
+            params = jnp.asarray(tables["params"][pad])
+            for s, e in row_blocks(n, rows):
+                vals = np.asarray(_at_rows(params, trees, jnp.asarray(pad_rows(bins, s, e, rows))))
+                out[s:e] += np.tensordot(weights[sel], vals[: len(sel), : e - s].astype(np.float64), axes=1)
         return out
-
-    def predict_proba(self, X) -> np.ndarray:
-        """(n, K) posterior-averaged class probabilities (classification), float64."""
-        self._require("classification", "predict_proba")
-        return self._mean_prediction(X)
-
-    def predict(self, X) -> np.ndarray:
-        """Posterior-averaged prediction: class labels (classification) or means (regression)."""
-        mean = self._mean_prediction(X)
-        if self.task == "classification":
-            return self.classes[np.argmax(mean, axis=1)]
-        return mean[:, 0]
 
     def sample_function(self, X, *, predictive: bool = False, seed: int = 0, chunk: int = 256) -> np.ndarray:
         """Posterior draws of the function at X, leaf parameters included.
@@ -339,17 +471,20 @@ class Posterior(_DrawSummaries):
         -------
         (draws, n, P) float32 (P = K class probabilities, or 1).
         """
-        test_bins = jnp.asarray(self._bins(X))
-        flat = self._flat_trees()
-        total = flat.is_split.shape[0]
-        keys = jax.random.split(jax.random.key(seed), total)
-        train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
-        return over_draws(
-            lambda draws, trees: _draw_function(
-                keys[draws], trees, train_bins, train_stats, test_bins, self.likelihood, predictive=predictive
-            ),
-            flat, np.arange(total), chunk,
-        )
+        if predictive and self.task != "regression":
+            raise ValueError("predictive draws are for regression; use predict_proba for classes.")
+        bins = self._bins(X)
+        tables = self._tables(True, seed=seed, chunk=chunk)
+        return self._rows(tables, bins, 0, len(bins), predictive=predictive, chunk=chunk)
+
+    @property
+    def nbytes_per_draw(self) -> int:
+        """Bytes this posterior holds per kept draw: the tree arrays (``is_split``, ``feature``,
+        ``cut``: ``N`` slots each, in their stored dtypes) and the per-draw ``stats``, summed over
+        chains and draws and divided by their number (the training data and warm-up statistics,
+        held once, are not counted)."""
+        return streaming.nbytes_per_draw(list(self.trees) + list(self.stats.values()), self.num_chains,
+                                         self.num_draws)
 
     def _extra_summary(self) -> dict:
         return dict(distinct_trees=len(set(self._strings)))
@@ -416,7 +551,7 @@ class Posterior(_DrawSummaries):
                 lambda draws, trees: _draw_pointwise(
                     keys[draws], trees, train_bins, train_stats, self.likelihood, codes
                 ),
-                flat, np.arange(total),
+                flat, np.arange(total), streaming.draws_per_chunk(total, self.train_bins.shape[0], _POINTWISE_CELL),
             )
             n = self.train_bins.shape[0]
             groups["log_likelihood"] = {"y": loglik.reshape(C, S, n)}
@@ -549,7 +684,9 @@ class SMCPosterior(Posterior):
 
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
     """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
-    trees = Tree(*(np.asarray(a[:, num_warmup:]).astype(np.int32 if a.dtype != bool else bool) for a in traces["tree"]))
+    # the kept trees in the dtypes the kernel recorded them in (narrow integers), copied so the
+    # warm-up part of the trace is not kept alive
+    trees = Tree(*(np.array(np.asarray(a)[:, num_warmup:]) for a in traces["tree"]))
     names = [k for k in traces if k != "tree"]  # _SCALARS and kernel extras (e.g. swap statistics)
     stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in names}
     stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]
