@@ -304,17 +304,20 @@ class LocalProposal(NamedTuple):
 
 
 def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
-            can_split: Array | None = None) -> LocalProposal:
+            can_split: Array | None = None, count_rows: bool = True) -> LocalProposal:
     """The response-free part of one step from its :func:`draw` (move, node and rule by inverse
     CDF, as :func:`step_with_uniforms`), for configurations whose moves are all local: grow and
     prune only (``move_probs`` with no change or swap, BART's grow-prune).  Reads ``state.tree``,
     ``leaf_id``, ``lo``, ``hi`` (not ``stats``, ``log_lik`` or ``log_prior``); ``can_split`` (N,)
-    the nodes' :func:`~bdtree_jax.priors.splittable` if the caller keeps it."""
+    the nodes' :func:`~bdtree_jax.priors.splittable` if the caller keeps it.  ``count_rows=False``
+    (``valid_cuts="ancestors"``): the new children's rows are not counted here (``kid_rows`` is
+    None and ``d_log_prior`` leaves out the truncation to leaves of ``min_leaf_size`` rows, which
+    the caller applies when it counts them: BART, in its pass over the tree's rows)."""
     if config.move_probs[2] > 0 or config.move_probs[3] > 0:
         raise ValueError("propose() covers grow and prune only; change and swap need the whole-tree re-score "
                          f"(move_probs={config.move_probs}).")
     move, node, feature, cut, counts, log_p, any_move = _choose(uniforms, state, data, config, can_split)
-    return _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config)
+    return _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config, count_rows)
 
 
 def _choose(uniforms, state, data, config, can_split=None):
@@ -339,7 +342,8 @@ def _bins_by_feature(data: TreeData) -> Array:
     return data.bins.T.astype(jnp.int16 if small else jnp.int32)
 
 
-def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config) -> LocalProposal:
+def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config,
+                   count_rows: bool = True) -> LocalProposal:
     """:class:`LocalProposal` of a grow at a leaf, a prune of a nog or a change of a nog's rule:
     the new children's bounds, and the prior and proposal terms of the MH ratio by their local
     change (the node's and its children's prior factors, the move counts of the node, its
@@ -397,7 +401,7 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
         new_factor = jnp.where(splits, jnp.log(p_node) + rule_new + kids(can_new), leaf_factor)
         d_log_prior = new_factor - old_factor
     kid_rows = None
-    if data.cut_count is not None:  # the truncation: the new children hold >= min_leaf_size rows
+    if data.cut_count is not None and count_rows:  # the truncation: the new children hold >= min_leaf_size rows
         kid_rows = jnp.sum(jnp.stack([left, right]), axis=1, dtype=jnp.int32)  # one pass over the rows
         d_log_prior = d_log_prior + jnp.where(
             splits, leaf_size_log_prior(kid_rows, jnp.ones(2, bool), data, config.min_leaf_size), 0.0)
