@@ -4,11 +4,15 @@ for probit classification).
 
 Draws are the per-iteration trees and leaf values the kernel recorded
 (:mod:`bdtree_jax.kernels.bart`), leading axes ``(chain, draw)``; a prediction sums the trees'
-leaf values at each row (:func:`sum_of_trees`), draw by draw in fixed-size chunks.
+leaf values at each row (:func:`sum_of_trees`), a chunk of draws x a chunk of rows at a time within
+:data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES` (means and intervals never hold more
+than every draw at one chunk of rows).  Leaf values may be stored in any float dtype (float16 and
+bfloat16 halve them); predictions compute in float32.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +24,8 @@ from .._types import Array
 from ..data import SplitGrid, check_X
 from ..problem.bart import BARTProblem
 from ..tree import Tree, leaf_index
+from . import streaming
+from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
 __all__ = ["BARTClassifierPosterior", "BARTPosterior", "bart_posterior_from_traces", "sum_of_trees"]
 
@@ -28,10 +34,12 @@ __all__ = ["BARTClassifierPosterior", "BARTPosterior", "bart_posterior_from_trac
 def sum_of_trees(trees: Tree, leaf_values: Array, bins: Array) -> Array:
     """Sum over trees of each tree's leaf value at every row, per draw.
 
-    trees : Tree of (D, M, N) arrays; leaf_values : (D, M, N); bins : (n, F) bin codes.
-    Returns (D, n) on the model's scale (a scan over the trees: memory ``D n``).
+    trees : Tree of (D, M, N) arrays; leaf_values : (D, M, N) of any float dtype (summed in
+    float32); bins : (n, F) bin codes.
+    Returns (D, n) float32 on the model's scale (a scan over the trees: memory ``D n``).
     """
     trees = Tree(trees.is_split, trees.feature.astype(jnp.int32), trees.cut.astype(jnp.int32))
+    leaf_values = leaf_values.astype(jnp.float32)
 
     def one_draw(tree_stack, values):
         def add(total, xs):
@@ -44,13 +52,25 @@ def sum_of_trees(trees: Tree, leaf_values: Array, bins: Array) -> Array:
     return jax.vmap(one_draw)(trees, leaf_values)
 
 
+#: Bytes per (draw, row) of a sum of trees: the float32 running sum, the leaf descent's int32
+#: arrays, the gathered leaf value and the host's float64 result.
+_CELL = 32
+
+
+@functools.partial(jax.jit, static_argnames=("n_rows", "n_total"))
+def _noise(keys, start, n_rows: int, n_total: int):
+    """(D, n_rows) rows ``start : start + n_rows`` of ``normal(keys[d], (n_total,))`` per draw."""
+    return jax.vmap(lambda k: normal_rows(k, start, n_rows, n_total))(keys)
+
+
 @dataclass(eq=False)
 class BARTPosterior:
     """Draws of a BART run (kept iterations only).
 
     Attributes
     ----------
-    trees : Tree of (C, S, M, N) arrays; leaf_values : (C, S, M, N) float32 (model scale).
+    trees : Tree of (C, S, M, N) arrays; leaf_values : (C, S, M, N) float (model scale;
+        float32, or float16 / bfloat16 to halve them: predictions compute in float32).
     stats : dict of (C, S) per-iteration scalars: ``sigma``, ``train_rmse``, ``train_log_lik``
         (original units), ``n_leaves``, ``depth`` (means over trees), ``at_max_depth``,
         ``accepted`` (fractions of trees).  ``warmup_stats``: the same for the warm-up iterations.
@@ -97,24 +117,72 @@ class BARTPosterior:
             raise ValueError(f"X has {X.shape[1]} features; the model was fit on {self.grid.n_features}.")
         return self.grid.bin(X)
 
-    def _draws_at(self, bins: np.ndarray, chunk: int = 64) -> np.ndarray:
-        """(C * S, n) ``y_offset + y_scale * sum of trees`` at rows given by their bin codes."""
-        bins = jnp.asarray(bins)
+    def _draws_at(self, bins: np.ndarray, chunk: int = 64, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """(C * S, stop - start) float64 ``y_offset + y_scale * sum of trees`` at the rows
+        ``bins[start:stop]`` (bin codes), in chunks of at most ``chunk`` draws x as many rows as
+        :data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES` allows (fixed shapes, the
+        last chunks padded: one compilation per chunk shape)."""
+        stop = len(bins) if stop is None else stop
         D = self.num_chains * self.num_draws
         M, N = self.leaf_values.shape[-2:]
         flat = Tree(*(np.asarray(a).reshape(D, M, N) for a in self.trees))
         values = np.asarray(self.leaf_values).reshape(D, M, N)
-        chunk = max(1, min(int(chunk), D))
-        outs = []
-        for s in range(0, D, chunk):  # fixed chunk size (last one padded): one compilation
-            sel = np.arange(s, min(s + chunk, D))
-            pad = np.concatenate([sel, np.full(chunk - len(sel), sel[0])])
-            out = sum_of_trees(Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad]), bins)
-            outs.append(np.asarray(out)[: len(sel)])
-        return self.y_offset + self.y_scale * np.concatenate(outs, axis=0).astype(np.float64)
+        m = stop - start
+        draws, rows = streaming.plan(D, m, _CELL, max_draws=chunk)
+        out = np.empty((D, m))
+        for sel, pad in draw_blocks(np.arange(D), draws):
+            trees, vals = Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad])
+            for s, e in row_blocks(m, rows):
+                f = sum_of_trees(trees, vals, jnp.asarray(pad_rows(bins, start + s, start + e, rows)))
+                out[sel[0] : sel[-1] + 1, s:e] = self.y_offset + self.y_scale * np.asarray(f)[: len(sel), : e - s].astype(
+                    np.float64)
+        return out
+
+    def _mean_at(self, bins: np.ndarray, transform=None) -> np.ndarray:
+        """(n,) float64 mean over draws of ``transform(function)`` (identity by default) at the rows
+        ``bins``, a chunk of rows at a time (every draw x one chunk within the budget)."""
+        n, D = len(bins), self.num_chains * self.num_draws
+        out = np.empty(n)
+        for s, e in row_blocks(n, streaming.rows_per_chunk(n, D, 3 * 8)):
+            f = self._draws_at(bins, start=s, stop=e)
+            out[s:e] = (f if transform is None else transform(f)).mean(0)
+        return out
+
+    def _interval_at(self, bins: np.ndarray, prob: float, *, transform=None, predictive: bool = False,
+                     seed: int = 0):
+        """``(lower, upper)`` (n,) equal-tailed interval over the draws of ``transform(function)``
+        (or of the function plus ``N(0, sigma_draw**2)`` noise, ``predictive``), a chunk of rows at
+        a time.  The noise of draw ``d`` at row ``i`` is element ``i`` of
+        ``jax.random.normal(split(key(seed), draws)[d], (n,))`` whatever the chunking."""
+        if not 0 < prob < 1:
+            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
+        n, D = len(bins), self.num_chains * self.num_draws
+        keys = jax.random.split(jax.random.key(seed), D) if predictive else None
+        sigma = np.asarray(self.sigma, np.float64).reshape(-1) if predictive else None
+        lo, hi = np.empty(n), np.empty(n)
+        for s, e in row_blocks(n, streaming.rows_per_chunk(n, D, 4 * 8)):
+            f = self._draws_at(bins, start=s, stop=e)
+            if predictive:
+                noise = np.concatenate([np.asarray(_noise(keys[pad], s, e - s, n))[: len(sel)]
+                                        for sel, pad in draw_blocks(np.arange(D), streaming.MAX_DRAW_CHUNK)])
+                f = f + sigma[:, None] * noise
+            elif transform is not None:
+                f = transform(f)
+            lo[s:e], hi[s:e] = np.quantile(f, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return lo, hi
+
+    @property
+    def nbytes_per_draw(self) -> int:
+        """Bytes this posterior holds per kept draw: the trees (``is_split``, ``feature``, ``cut``,
+        each ``M x N`` in its stored dtype), the leaf values (``M x N`` in their stored float
+        dtype) and the per-draw ``stats``, totalled over chains and draws and divided by their
+        number (training data and warm-up statistics, held once, are not counted)."""
+        return streaming.nbytes_per_draw([*self.trees, self.leaf_values, *self.stats.values()], self.num_chains,
+                                         self.num_draws)
 
     def predict_draws(self, X, *, chunk: int = 64) -> np.ndarray:
-        """(C * S, n) the regression function at the rows of X, one row per draw (original units)."""
+        """(C * S, n) float64 the regression function at the rows of X, one row per draw (original
+        units)."""
         return self._draws_at(self._bins(X), chunk)
 
     def train_draws(self) -> np.ndarray:
@@ -130,20 +198,14 @@ class BARTPosterior:
         return cached
 
     def predict(self, X) -> np.ndarray:
-        """(n,) posterior mean of the regression function."""
-        return self.predict_draws(X).mean(0)
+        """(n,) posterior mean of the regression function (streamed: never all draws x all rows)."""
+        return self._mean_at(self._bins(X))
 
     def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
-        """``(lower, upper)`` equal-tailed interval of the regression function at each row, or
-        with ``predictive=True`` of a new response (each draw plus ``N(0, sigma_draw**2)`` noise)."""
-        if not 0 < prob < 1:
-            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
-        draws = self.predict_draws(X)
-        if predictive:
-            rng = np.random.default_rng(seed)
-            draws = draws + self.sigma.reshape(-1, 1) * rng.standard_normal(draws.shape)
-        lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
-        return lo, hi
+        """``(lower, upper)`` (n,) equal-tailed interval of the regression function at each row, or
+        with ``predictive=True`` of a new response (each draw plus ``N(0, sigma_draw**2)`` noise,
+        drawn with JAX's counter-based generator from ``seed``)."""
+        return self._interval_at(self._bins(X), prob, predictive=predictive, seed=seed)
 
     def summary(self) -> dict:
         """Scalar summaries: chains, draws, :meth:`_fit_summary`, then means over draws of the
@@ -256,7 +318,9 @@ class BARTClassifierPosterior(BARTPosterior):
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, 2) posterior mean class probabilities (columns in the order of ``classes``)."""
-        p1 = self.predict_proba_draws(X).mean(0)
+        from scipy.special import ndtr as np_ndtr
+
+        p1 = self._mean_at(self._bins(X), np_ndtr)
         return np.stack([1.0 - p1, p1], axis=1)
 
     def predict(self, X) -> np.ndarray:
@@ -265,14 +329,13 @@ class BARTClassifierPosterior(BARTPosterior):
         return np.asarray(labels)[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
 
     def predict_interval(self, X, prob: float = 0.9, *, predictive: bool = False, seed: int = 0):
-        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes[1] | x)``."""
+        """``(lower, upper)`` (n,) equal-tailed credible interval of ``P(y = classes[1] | x)``."""
+        from scipy.special import ndtr as np_ndtr
+
         if predictive:
             raise ValueError("predictive intervals are for a real response; a class label has none "
                              "(use predict_proba).")
-        if not 0 < prob < 1:
-            raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
-        lo, hi = np.quantile(self.predict_proba_draws(X), [(1 - prob) / 2, (1 + prob) / 2], axis=0)
-        return lo, hi
+        return self._interval_at(self._bins(X), prob, transform=np_ndtr)
 
     def _fit_summary(self) -> dict:
         """The fit's part of :meth:`summary`: the probit offset and the mean training accuracy."""
@@ -300,8 +363,10 @@ def bart_posterior_from_traces(traces: dict, problem: BARTProblem, config: Any, 
     names = problem.feature_names
     binary = problem.outcome == "binary"
     return (BARTClassifierPosterior if binary else BARTPosterior)(
-        trees=Tree(*(a[:, num_warmup:] for a in traces["tree"])),
-        leaf_values=traces["leaf_values"][:, num_warmup:],
+        # copies of the kept iterations (a view would keep the warm-up's trees alive), in the
+        # dtypes the kernel recorded (narrow integers; leaf values in BARTConfig's leaf dtype)
+        trees=Tree(*(np.array(np.asarray(a)[:, num_warmup:]) for a in traces["tree"])),
+        leaf_values=np.array(np.asarray(traces["leaf_values"])[:, num_warmup:]),
         stats={k: traces[k][:, num_warmup:] for k in scalars},
         warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},
         grid=problem.grid, y_offset=problem.y_offset, y_scale=problem.y_scale, config=config,

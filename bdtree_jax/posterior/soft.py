@@ -14,7 +14,9 @@ import numpy as np
 
 from ..data import check_X
 from ..tree import _fmt, over_draws
+from . import streaming
 from .hard import _DrawSummaries
+from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
 __all__ = ["SoftTreePosterior", "soft_posterior_from_traces"]
 
@@ -54,6 +56,12 @@ def _soft_predict(draws, X_train, onehot, X_test, h, concentration, kind):
         return probs[leaf]
 
     return jax.vmap(one)(draws)
+
+
+@functools.partial(jax.jit, static_argnames=("n_rows", "n_total", "width"))
+def _noise(keys, start, n_rows: int, n_total: int, width: int):
+    """(D, n_rows, width) rows ``start : start + n_rows`` of ``normal(keys[d], (n_total, width))``."""
+    return jax.vmap(lambda k: normal_rows(k, start, n_rows, n_total, (width,)))(keys)
 
 
 @functools.partial(jax.jit, static_argnames=("kind",))
@@ -136,31 +144,57 @@ class SoftTreePosterior(_DrawSummaries):
                            else np.zeros((len(self.train_y), 1), np.float32))
 
     # -- prediction ----------------------------------------------------------------------------
+    _inputs = _scaled
+
+    def _tables(self, sample: bool = False, seed: int = 0) -> dict:
+        """The flat draws (each (D, ...)) and, for ``sample``, one key per draw (its noise)."""
+        flat = self._flat()
+        out = {"flat": flat}
+        if sample:
+            out["keys"] = jax.random.split(jax.random.key(seed), flat["is_split"].shape[0])
+        return out
+
+    def _rows(self, tables: dict, Xs: np.ndarray, start: int, stop: int, predictive: bool = False,
+              chunk: int = 256) -> np.ndarray:
+        """(D, stop - start, P) float32: every draw at the scaled rows ``Xs[start:stop]`` (plus
+        ``sigma * noise`` with ``predictive``; the noise of draw ``d`` at row ``i`` is element ``i``
+        of ``normal(keys[d], (n, 1))``), in chunks of draws x rows within the budget.  The
+        training rows' soft counts (classification) are computed per chunk of draws over all
+        training rows at once (their sums are matrix products)."""
+        flat = tables["flat"]
+        D, N = flat["is_split"].shape
+        n_train, P, m = len(self.train_X), self._n_params, stop - start
+        draws = streaming.draws_per_chunk(D, n_train, 8 * (2 * N + P), max_draws=chunk)
+        rows = streaming.rows_per_chunk(m, draws, 24 + 8 * (N + P))
+        X_train, onehot = jnp.asarray(self.train_X), self._onehot()
+        cfg = self.config
+        out = np.empty((D, m, P), np.float32)
+        for sel, pad in draw_blocks(np.arange(D), draws):
+            d = {k: jnp.asarray(v[pad]) for k, v in flat.items()}
+            for s, e in row_blocks(m, rows):
+                x = jnp.asarray(pad_rows(Xs, start + s, start + e, rows))
+                f = np.asarray(_soft_predict(d, X_train, onehot, x, cfg.h_final, cfg.concentration, cfg.kind))
+                f = f[: len(sel), : e - s]
+                if predictive:
+                    noise = np.asarray(_noise(tables["keys"][pad], start + s, rows, len(Xs), P))[: len(sel), : e - s]
+                    f = f + np.asarray(flat["sigma"][sel], np.float32)[:, None, None] * noise
+                out[sel[0] : sel[-1] + 1, s:e] = f
+        return out
+
     def predict_draws(self, X, *, chunk: int = 256) -> np.ndarray:
         """(draws, n, P): per draw, the parameter of each row's leaf (class probabilities from the
         soft training counts, or the leaf mean), rows assigned by the ``h -> 0`` path at
-        ``h_final`` as in the paper."""
-        Xs = jnp.asarray(self._scaled(X))
-        flat = self._flat()
-        total = flat["is_split"].shape[0]
-        X_train, onehot = jnp.asarray(self.train_X), self._onehot()
-        return over_draws(
-            lambda _, d: _soft_predict(d, X_train, onehot, Xs, self.config.h_final, self.config.concentration,
-                                       self.config.kind),
-            flat, np.arange(total), chunk,
-        )
+        ``h_final`` as in the paper; in chunks of at most ``chunk`` draws x rows within
+        :data:`~bdtree_jax.posterior.streaming.PREDICT_BUDGET_BYTES`."""
+        Xs = self._scaled(X)
+        return self._rows(self._tables(), Xs, 0, len(Xs), chunk=chunk)
 
-    def sample_function(self, X, *, predictive: bool = False, seed: int = 0) -> np.ndarray:
-        """(draws, n, P) draws of the function at X (regression: ``+ sigma * noise`` with
-        ``predictive=True``)."""
-        f = self.predict_draws(X)
-        if predictive:
-            if self.task != "regression":
-                raise ValueError("predictive draws are for regression; use predict_proba for classes.")
-            sigma = np.asarray(self.draws["sigma"]).reshape(-1)
-            noise = np.random.default_rng(seed).standard_normal(f.shape)
-            f = f + sigma[:, None, None] * noise
-        return f
+    @property
+    def nbytes_per_draw(self) -> int:
+        """Bytes this posterior holds per kept draw: the arrays of ``draws`` and the per-draw
+        ``stats``, totalled over chains and draws and divided by their number."""
+        return streaming.nbytes_per_draw([*self.draws.values(), *self.stats.values()], self.num_chains,
+                                         self.num_draws)
 
     # -- trees as text ---------------------------------------------------------------------------
     def _tree_string(self, c: int, s: int, thresholds: bool = True) -> str:
@@ -305,6 +339,7 @@ class SoftTreePosterior(_DrawSummaries):
                 lambda idx, d: _soft_pointwise(keys[idx], d, X_train, onehot, y, self.config.h_final,
                                                self.config.concentration, self.config.kind),
                 flat, np.arange(total),
+                streaming.draws_per_chunk(total, len(self.train_y), 8 * (2 * flat["is_split"].shape[1] + self._n_params) + 32),
             )
             n = len(self.train_y)
             groups["log_likelihood"] = {"y": loglik.reshape(C, S, n)}
