@@ -41,7 +41,7 @@ import numpy as np
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import PinballTables, TreePrior, child_bounds, leaf_size_log_prior, log_rule_prob, log_tree_prior
-from ..priors import node_bounds, split_mask, subtree_sums
+from ..priors import node_bounds, reduce_subtrees, split_mask, subtree_sums
 from ..tree import Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_nodes, prune, swap
 from ._moves import CGMState, draw_rule, mh_log_ratio, pick, score, targets, with_scores
 from .base import SamplingAlgorithm
@@ -211,8 +211,42 @@ def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accep
     tree = state.tree
     edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
     new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
-    proposed = score(new_tree, data, config, state.beta)
+    proposed = _score_batched(new_tree, data, config, state.beta)
     return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
+
+
+def _narrow_bins_dtype(data: TreeData):
+    """The narrowest signed integer type holding every bin code and its negation (static: from
+    the cut grid's size)."""
+    top = data.cut_cumwidth.shape[-1]  # bins are < top
+    return jnp.int8 if top <= 2**7 else jnp.int16 if top <= 2**15 else jnp.int32
+
+
+def _score_batched(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
+    """:func:`~bdtree_jax.kernels._moves.score` (the same state) for chains that are ``vmap``-ped.
+
+    The per-node sums are one plain ``segment_sum`` of the rows' statistics into their leaves
+    (the ``SCATTER_LANES`` copies of :func:`~bdtree_jax.priors.subtree_sums` pay off only for the
+    serial scatter of one CPU chain: batched, they multiply the bytes each chain writes and reads
+    by 16), and the valid-cut bounds (``valid_cuts="data"``, ``min_leaf_size = 1``) are a max of
+    ``(-bins, bins)`` in the narrowest integer type holding the bins (int8 for up to 127 cut
+    slots): the batched scatter broadcasts its (n, 2F) updates to every chain, so their width is
+    what every chain pays.  Min and max are exact in any width; the sums of integer statistics
+    (counts) are exact, others differ from :func:`score` by float rounding only.
+    """
+    n_nodes = tree.is_split.shape[-1]
+    leaf_id = leaf_index(tree, data.bins, max_cut=data.bins.shape[0])
+    stats = reduce_subtrees(jax.ops.segment_sum(data.point_stats, leaf_id, num_segments=n_nodes), jnp.add)
+    if data.cut_count is None and config.min_leaf_size == 1:
+        n_features = data.bins.shape[1]
+        both = jnp.concatenate([-data.bins, data.bins], axis=1).astype(_narrow_bins_dtype(data))  # (n, 2F)
+        both = reduce_subtrees(jax.ops.segment_max(both, leaf_id, num_segments=n_nodes), jnp.maximum)  # (N, 2F)
+        lo, hi = -both[:, :n_features].astype(jnp.int32), both[:, n_features:].astype(jnp.int32)
+        empty = hi < 0  # no rows: the max's identity (bins are >= 0)
+        lo, hi = jnp.where(empty, 0, lo), jnp.where(empty, 0, hi)
+    else:
+        lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+    return with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
 
 
 def _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
