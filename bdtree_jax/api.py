@@ -22,7 +22,7 @@ LEAF_OPTIONS = tuple(dict.fromkeys(k for keys in LIKELIHOOD_OPTIONS.values() for
 def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior | None = None, likelihood=None,
            tempering=None, num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
            progress: bool | None = None, checkpoint=None, block_size: int | None = None, devices=None,
-           chain_method: str | None = None, **deprecated):
+           chain_method: str | None = None, data_shards: int = 1, thin: int = 1, **deprecated):
     """Sample the posterior over trees for data ``(X, y)``.
 
     Parameters
@@ -44,8 +44,10 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
         :class:`~bdtree_jax.likelihoods.NormalMeanShift`.
     tempering : Tempering or None
         Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
-    num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method
-        The run's options (:class:`~bdtree_jax.methods.RunOptions`).
+    num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method, data_shards, thin
+        The run's options (:class:`~bdtree_jax.methods.RunOptions`): ``data_shards`` splits every
+        chain's rows over that many devices, ``thin`` keeps every ``thin``-th draw after warm-up
+        (``num_samples`` draws kept).
     **deprecated
         The flat keywords of earlier versions: method options (``proposal=``,
         ``num_particles=`` ...; :func:`~bdtree_jax.methods.from_flat`), ``n_temperatures=`` /
@@ -70,7 +72,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     method, tempering, prior, likelihood = _from_deprecated(method, deprecated, tempering, prior, likelihood, where)
     try:
         options = RunOptions(num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices,
-                             chain_method)
+                             chain_method, data_shards, thin)
     except ValueError as e:
         raise ValueError(where + str(e)) from None
     problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where, **method.problem_options())

@@ -16,7 +16,9 @@ A config is a YAML mapping (unknown keys are an error)::
                               # the method's options: the fields of bdtree_jax.methods.CGM,
                               # RJHMC, PCFG, SMC, PG, WU (proposal, move_probs, num_particles,
                               # h_init, log_phi, n_local ...); tempering: n_temperatures, delta_t
-    num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size
+    num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size,
+                              # thin (keep every thin-th draw after warm-up), data_shards
+                              # (split the rows over that many devices; bdtree_jax.RunOptions)
     num_samples: 500
     num_chains: 10
     seed: 0
@@ -58,7 +60,7 @@ __all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"
 #: The keys of a method's options (top level, or nested under ``method:``).
 _METHOD_KEYS = set(method_options())
 _MODEL_KEYS = set(PRIOR_OPTIONS) | set(LEAF_OPTIONS) | _METHOD_KEYS | set(TEMPERING_OPTIONS)
-_SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"}
+_SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size", "thin", "data_shards"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
 _REGRESSION_DATASETS = {"cgm"}

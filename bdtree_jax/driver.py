@@ -2,9 +2,17 @@
 
 * Chains are ``vmap``-ped and placed across the available devices with ``jax.shard_map`` over a
   one-axis mesh ``("chain",)``; each device runs its share of chains with no communication.
+* With ``data_shards > 1`` (:class:`ChainPlan`) the devices form a mesh ``("chain", "data")`` of
+  ``groups x data_shards``: every chain's training rows are split over the ``data_shards`` devices
+  of its group (the row axes of the data and state, :data:`ROW_AXES`, on ``"data"``), and XLA's
+  SPMD partitioner inserts the all-reduces of the per-node sums; chain groups do not communicate.
+  The devices may span several processes (``jax.distributed``; :func:`run_chains`).
 * Iteration ``t`` of chain ``c`` uses the key ``fold_in(fold_in(seed_key, c), t)``, so draws do not
   depend on the number of chains, devices or the block size, and a resumed run equals an
   uninterrupted one.
+* ``thin=k`` keeps every warm-up iteration and, after warm-up, every ``k``-th (iterations
+  ``num_warmup + k - 1, num_warmup + 2k - 1, ...``): the others are stepped but never written,
+  so the host traces hold ``num_warmup + (num_iterations - num_warmup) // k`` iterations.
 * Iterations run in fixed-size blocks (a loop of up to ``block_size`` steps writing into the
   block's trace buffers; the last block stops early), so the number of iterations is not part of
   the compiled shape: one compilation serves any run length.
@@ -28,7 +36,8 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
-__all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_count", "chain_devices", "clear_compiled"]
+__all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_count", "chain_devices", "clear_compiled",
+           "ROW_AXES", "row_count", "row_specs", "recorded_count"]
 
 _TRACES = {"count": 0}
 
@@ -63,41 +72,149 @@ def _default_chain_method(devices) -> str:
 class ChainPlan(NamedTuple):
     """How a run's chains share the devices, decided once per run by :func:`plan_chains`.
 
-    devices : tuple of the devices the chains are spread over (their number divides the chains).
+    devices : tuple of the devices the run uses: ``groups * data_shards`` of them, ``groups``
+        dividing the chains.  Group ``g`` is ``devices[g * data_shards:(g + 1) * data_shards]``.
     chain_method : ``"sequential"`` (chains of a device looped with ``lax.map``) or
         ``"vectorized"`` (``vmap``-ped).  Kernels that have a per-chain variant (tempered rungs,
         incremental scores) are built for this value.
+    data_shards : every chain's training rows are split over this many devices (1: each chain
+        runs on one device with all its rows, the default).
     """
 
     devices: tuple
     chain_method: str
+    data_shards: int = 1
+
+    @property
+    def groups(self) -> int:
+        """The number of device groups the chains are spread over."""
+        return len(self.devices) // self.data_shards
+
+    def mesh(self) -> Mesh:
+        """The ``(groups, data_shards)`` mesh with axes ``("chain", "data")``."""
+        return Mesh(np.array(self.devices, dtype=object).reshape(self.groups, self.data_shards), ("chain", "data"))
 
 
-def plan_chains(num_chains: int, devices=None, chain_method: str | None = None) -> ChainPlan:
+def _check_data_shards(data_shards) -> int:
+    if isinstance(data_shards, bool) or not isinstance(data_shards, (int, np.integer)) or data_shards < 1:
+        raise ValueError(f"data_shards must be an integer >= 1; got {data_shards!r}.")
+    return int(data_shards)
+
+
+def plan_chains(num_chains: int, devices=None, chain_method: str | None = None, data_shards: int = 1) -> ChainPlan:
     """Decide how ``num_chains`` chains share the devices.
 
-    devices : devices to spread chains over (default: all; see :func:`chain_devices`).
+    devices : devices to spread chains over (default: all, ``jax.devices()``, which spans every
+        process of a ``jax.distributed`` run; see :func:`chain_devices`).
     chain_method : ``"sequential"`` or ``"vectorized"``; default ``"sequential"`` on CPU devices,
         ``"vectorized"`` on accelerators.  Anything else raises ``ValueError``.
+    data_shards : int >= 1 dividing the number of devices: the devices form groups of
+        ``data_shards``, each chain's rows split over the devices of its group, the chains spread
+        over the most groups that divide ``num_chains`` (:class:`ChainPlan`).  A ``ValueError``
+        names ``data_shards`` when it is not a divisor of the devices.
     """
     if chain_method is not None and chain_method not in CHAIN_METHODS:
         raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
     if num_chains < 1:
         raise ValueError(f"num_chains must be >= 1; got {num_chains}.")
-    chosen = tuple(chain_devices(num_chains, devices))
-    return ChainPlan(chosen, chain_method if chain_method is not None else _default_chain_method(chosen))
+    data_shards = _check_data_shards(data_shards)
+    if data_shards == 1:
+        chosen = tuple(chain_devices(num_chains, devices))
+    else:
+        devices = list(jax.devices() if devices is None else devices)
+        if len(devices) % data_shards:
+            raise ValueError(f"data_shards={data_shards} must divide the number of devices ({len(devices)}).")
+        groups = max(g for g in range(1, len(devices) // data_shards + 1) if num_chains % g == 0)
+        chosen = tuple(devices[:groups * data_shards])
+    return ChainPlan(chosen, chain_method if chain_method is not None else _default_chain_method(chosen), data_shards)
 
 
-def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple, chain_method: str):
-    """Jitted ``(chain_keys, states, data, start, n_valid) -> (states, traces)``.
+#: The row axis of every field the driver shards over ``"data"`` when ``data_shards > 1``, by the
+#: field's name (a NamedTuple field, dataclass field or dict key anywhere in the data or state
+#: pytree): ``TreeData.bins (n, F)``, ``point_stats (n, S)``, ``sorted_bins``/``sorted_index``
+#: ``(F, n)``, ``bin_onehot (n, F, B)``; ``BARTData.y (n,)``; RJHMC's ``{"X": (n, F), "y": (n,)}``;
+#: the states' ``leaf_id (..., n)`` (CGM, BART's ``(M, n)``, tempered rungs...) and BART's
+#: ``fit (n,)``.  Negative axes count from the end (states carry leading chain, rung or tree
+#: axes).  A field is sharded only when that axis has the data's ``n`` rows; every other array
+#: (node statistics, trees, tables, keys) is replicated over ``"data"``.  A kernel that adds a
+#: row-indexed field adds its name here; an unlisted one is correct, only replicated.
+ROW_AXES = {"bins": 0, "point_stats": 0, "sorted_bins": 1, "sorted_index": 1, "bin_onehot": 0, "X": 0, "y": 0,
+            "leaf_id": -1, "fit": -1}
+
+
+def _field_name(path) -> str | None:
+    """The innermost field name or dict key of a pytree path, or None."""
+    for entry in reversed(path):
+        name = getattr(entry, "name", None)
+        if name is None:
+            name = getattr(entry, "key", None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def row_count(data) -> int | None:
+    """The number of training rows ``n`` of a data pytree: the length of the row axis of its
+    first field named ``bins``, ``X`` or ``y`` (:data:`ROW_AXES`), or None if it has none."""
+    found = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(data)[0]:
+        name = _field_name(path)
+        if name in ("bins", "X", "y") and name not in found and np.ndim(leaf) > ROW_AXES[name]:
+            found[name] = np.shape(leaf)[ROW_AXES[name]]
+    for name in ("bins", "X", "y"):
+        if name in found:
+            return int(found[name])
+    return None
+
+
+def row_specs(tree, n: int, lead: tuple = ()):
+    """A ``PartitionSpec`` for every leaf of ``tree`` (a pytree of arrays or shape structs): the
+    row axis of the :data:`ROW_AXES` fields with ``n`` rows on ``"data"``, the leading axes
+    ``lead`` (e.g. ``("chain",)`` for a state with a leading chain axis) as given, the rest
+    replicated."""
+
+    def spec(path, leaf):
+        shape = np.shape(leaf)
+        axes = [None] * len(shape)
+        axes[:len(lead)] = lead
+        name = _field_name(path)
+        if name in ROW_AXES and len(shape) > len(lead):
+            axis = ROW_AXES[name] % len(shape) if ROW_AXES[name] < 0 else ROW_AXES[name] + len(lead)
+            if len(lead) <= axis < len(shape) and shape[axis] == n:
+                axes[axis] = "data"
+        return P(*axes)
+
+    return jax.tree_util.tree_map_with_path(spec, tree)
+
+
+def recorded_count(t, num_warmup: int, thin: int):
+    """How many of the iterations ``[0, t)`` a run with ``thin`` records: every warm-up one, then
+    every ``thin``-th (the last of each group of ``thin``).  Works on ints and int arrays."""
+    if thin == 1:
+        return t
+    if isinstance(t, (int, np.integer)):
+        return min(t, num_warmup) + max(t - num_warmup, 0) // thin
+    return jnp.minimum(t, num_warmup) + jnp.maximum(t - num_warmup, 0) // thin
+
+
+def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPlan, thin: int = 1,
+                   shardings=None):
+    """Jitted ``(chain_keys, states, data, start, n_valid, num_warmup) -> (states, traces)``.
 
     Within a device, chains are either ``vmap``-ped (``"vectorized"``: one batched program, best on
     GPUs) or looped with ``lax.map`` (``"sequential"``: every chain runs the same scalar program, so
     draws are bit-identical whatever the number of chains per device, and a move only pays for
     its own branch).
-    """
 
-    def one_chain(chain_key, state, data, start, n_valid):
+    ``traces`` hold ``block_size`` slots per chain: iteration ``start + i`` writes slot
+    ``recorded_count(start + i) - recorded_count(start)``; with ``thin > 1`` an iteration that is
+    not kept writes the slot of the next kept one, which overwrites it (the host reads only the
+    slots of kept iterations).  ``shardings`` (``data_shards > 1``): the ``(keys, states, data)``
+    NamedShardings of :func:`_run_shardings`.
+    """
+    devices, chain_method, data_shards = plan
+
+    def one_chain(chain_key, state, data, start, n_valid, num_warmup):
         # The block's step keys in one vectorized call (hashing a key per step inside the loop
         # costs more than the rest of a cheap step on CPU).
         steps = jnp.arange(block_size)
@@ -115,13 +232,21 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
         shapes = jax.eval_shape(record, state, jax.tree.map(lambda k: k[0], keys))[1]
         buffers = jax.tree.map(lambda a: jnp.zeros((block_size,) + a.shape, a.dtype), shapes)
         per_pass = max(1, int(algorithm.steps_per_pass))
+        first = recorded_count(start, num_warmup, thin)
 
         def steps_from(i, count, carry):
             state, buffers = carry
             outs = []
             for r in range(count):
                 state, out = record(state, jax.tree.map(lambda k: k[i + r], keys))
-                outs.append(out)
+                if thin > 1:  # each to its own slot (the next kept iteration's)
+                    slot = recorded_count(start + i + r, num_warmup, thin) - first
+                    buffers = jax.tree.map(lambda b, o, s=slot: jax.lax.dynamic_update_index_in_dim(b, o, s, 0),
+                                           buffers, out)
+                else:
+                    outs.append(out)
+            if thin > 1:
+                return state, buffers
             outs = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
             return state, jax.tree.map(lambda b, o: jax.lax.dynamic_update_slice_in_dim(b, o, i, 0), buffers, outs)
 
@@ -133,18 +258,32 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, devices: tuple
         state, traces = jax.lax.fori_loop(done, n_valid, lambda i, c: steps_from(i, 1, c), carry)
         return state, _with_tree_summaries(traces)
 
-    def block(chain_keys, states, data, start, n_valid):
+    def block(chain_keys, states, data, start, n_valid, num_warmup):
         _TRACES["count"] += 1
         if chain_method == "vectorized":
-            return jax.vmap(one_chain, in_axes=(0, 0, None, None, None))(chain_keys, states, data, start, n_valid)
-        return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid), (chain_keys, states))
+            return jax.vmap(one_chain, in_axes=(0, 0, None, None, None, None))(
+                chain_keys, states, data, start, n_valid, num_warmup)
+        return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid, num_warmup),
+                           (chain_keys, states))
 
+    if data_shards > 1:
+        # the mesh ("chain", "data"): chain groups by shard_map (manual over "chain"), the rows
+        # of each group's chains split over "data" by XLA's SPMD partitioner (automatic), which
+        # turns the reductions over rows into per-shard partial sums and an all-reduce
+        mesh = plan.mesh()
+        if plan.groups > 1:
+            block = jax.shard_map(block, mesh=mesh, in_specs=(P("chain"), P("chain"), P(), P(), P(), P()),
+                                  out_specs=P("chain"), axis_names=frozenset({"chain"}), check_vma=False)
+        keys_sharding, state_shardings, data_shardings = shardings
+        scalar = jax.sharding.NamedSharding(mesh, P())
+        return jax.jit(block, in_shardings=(keys_sharding, state_shardings, data_shardings, scalar, scalar, scalar),
+                       out_shardings=(state_shardings, keys_sharding))
     if len(devices) > 1:
         mesh = Mesh(np.array(devices), ("chain",))
         block = jax.shard_map(
             block,
             mesh=mesh,
-            in_specs=(P("chain"), P("chain"), P(), P(), P()),
+            in_specs=(P("chain"), P("chain"), P(), P(), P(), P()),
             out_specs=P("chain"),
             # chains never communicate; the varying-axis check trips over lax.switch under vmap
             check_vma=False,
@@ -206,6 +345,9 @@ def run_chains(
     chain_method: str | None = None,
     description: str = "sampling",
     plan: ChainPlan | None = None,
+    data_shards: int | None = None,
+    num_warmup: int = 0,
+    thin: int = 1,
 ) -> tuple[dict, Any]:
     """Run ``num_chains`` chains of ``algorithm`` for ``num_iterations`` iterations.
 
@@ -229,35 +371,75 @@ def run_chains(
         diagnostics (log-likelihood, log-prior) can differ in the last bit because XLA compiles
         a batch of one chain differently from a batch of several.
     plan : a :class:`ChainPlan` from :func:`plan_chains` (the caller's one decision, also used to
-        build ``algorithm``); give either ``plan`` or ``devices``/``chain_method``, not both.
+        build ``algorithm``); give either ``plan`` or ``devices``/``chain_method``/``data_shards``,
+        not both.
+    data_shards : split every chain's rows over this many devices (:func:`plan_chains`; default
+        1).  The data must have a row axis the driver knows (:data:`ROW_AXES`) whose length ``n``
+        ``data_shards`` divides (no padding: a ``ValueError`` naming ``data_shards`` says so,
+        before anything compiles).  Sums over rows are then added in another order, so floats
+        (leaf values, ``sigma``, log-likelihoods) agree with the unsharded run to float32
+        round-off and the trees are the same unless a Metropolis-Hastings decision falls within
+        that round-off (the tests check 200 BART sweeps).  With ``jax.distributed`` the devices
+        may span processes: every process calls :func:`run_chains` with the same arguments and
+        the full ``data`` (each device receives only its own rows' shard), and every process
+        gets the full traces.
+    num_warmup : int in ``[0, num_iterations]``, default 0
+        Iterations recorded whatever ``thin`` (only used with ``thin > 1``).
+    thin : int >= 1, default 1
+        After ``num_warmup`` keep every ``thin``-th iteration (``num_warmup + thin - 1``,
+        ``num_warmup + 2 thin - 1`` ...); the others are never recorded.
 
     Returns
     -------
-    traces : dict of numpy arrays shaped ``(num_chains, num_iterations, ...)`` (trees as a
-        :class:`~bdtree_jax.tree.Tree` of such arrays).
-    states : the final states (pytree with a leading chain axis).
+    traces : dict of numpy arrays shaped ``(num_chains, R, ...)`` with ``R = num_warmup +
+        (num_iterations - num_warmup) // thin`` recorded iterations (``num_iterations`` when
+        ``thin = 1``; trees as a :class:`~bdtree_jax.tree.Tree` of such arrays).
+    states : the final states (pytree with a leading chain axis; device arrays, sharded like the
+        run).
     """
     if num_chains < 1 or num_iterations < 1:
         raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
+    if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
+        raise ValueError(f"thin must be an integer >= 1; got {thin!r}.")
+    if isinstance(num_warmup, bool) or not isinstance(num_warmup, (int, np.integer)) \
+            or not 0 <= num_warmup <= num_iterations:
+        raise ValueError(f"num_warmup must be an integer in [0, num_iterations={num_iterations}]; got {num_warmup!r}.")
+    thin, num_warmup = int(thin), int(num_warmup)
     if plan is None:
-        plan = plan_chains(num_chains, devices, chain_method)
-    elif devices is not None or chain_method is not None:
-        raise ValueError("give run_chains either plan or devices/chain_method, not both.")
-    devices, chain_method = plan
-    if num_chains % len(devices):
-        raise ValueError(f"the plan's {len(devices)} devices do not divide num_chains={num_chains}.")
+        plan = plan_chains(num_chains, devices, chain_method, 1 if data_shards is None else data_shards)
+    elif devices is not None or chain_method is not None or data_shards is not None:
+        raise ValueError("give run_chains either plan or devices/chain_method/data_shards, not both.")
+    devices, chain_method, data_shards = plan
+    if len(devices) % data_shards or num_chains % (len(devices) // data_shards):
+        raise ValueError(f"the plan's {len(devices) // data_shards} device groups do not divide num_chains={num_chains}.")
+    if data_shards > 1:
+        check_rows(data, data_shards)
+    if jax.process_count() > 1 and data_shards == 1 and len(devices) > 1:
+        raise ValueError("with several processes (jax.distributed) give data_shards > 1 (the mesh spans processes "
+                         "only through it) or the devices of this process (devices=jax.local_devices()).")
     block_size = int(min(block_size, max(num_iterations, 1)))
+    num_recorded = recorded_count(num_iterations, num_warmup, thin)
     chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
     ident = _fingerprint(
-        fingerprint, jax.random.key_data(key), num_chains, num_iterations, *jax.tree.leaves(data)
+        fingerprint, jax.random.key_data(key), num_chains, num_iterations, *extra, *jax.tree.leaves(data)
     )
+    init_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1)
 
+    shardings = None
+    if data_shards > 1:
+        shardings = _run_shardings(plan, algorithm, init_keys, data)
+        keys_sharding, _, data_shardings = shardings
+        data = _put(data, data_shardings)
+        init_keys, chain_keys = _put(init_keys, keys_sharding), _put(chain_keys, keys_sharding)
     init_fn = _get_program(
-        "init", algorithm, 0, devices, lambda: jax.jit(jax.vmap(algorithm.init, in_axes=(0, None)))
+        ("init", data_shards), algorithm, 0, devices,
+        lambda: jax.jit(jax.vmap(algorithm.init, in_axes=(0, None))) if shardings is None else jax.jit(
+            jax.vmap(algorithm.init, in_axes=(0, None)), in_shardings=shardings[::2], out_shardings=shardings[1]),
     )
     block_fn = _get_program(
-        ("block", chain_method), algorithm, block_size, devices,
-        lambda: _block_program(algorithm, block_size, devices, chain_method),
+        ("block", chain_method, data_shards, thin), algorithm, block_size, devices,
+        lambda: _block_program(algorithm, block_size, plan, thin, shardings),
     )
 
     # The traces go straight into arrays of the run's full length (allocated at the first block):
@@ -267,7 +449,7 @@ def run_chains(
     def fill(block, at):  # block: host arrays (chains, n, ...) -> traces[:, at:at + n]
         nonlocal traces
         if traces is None:
-            traces = jax.tree.map(lambda a: np.empty((a.shape[0], num_iterations) + a.shape[2:], a.dtype), block)
+            traces = jax.tree.map(lambda a: np.empty((a.shape[0], num_recorded) + a.shape[2:], a.dtype), block)
         jax.tree.map(lambda dst, src: dst.__setitem__((slice(None), slice(at, at + src.shape[1])), src), traces, block)
 
     saved = _read_checkpoint(checkpoint, ident)
@@ -277,40 +459,107 @@ def run_chains(
         for chunk in saved["chunks"]:
             fill(chunk, at)
             at += jax.tree.leaves(chunk)[0].shape[1]
-        states = _from_host(saved["states"])
+        if shardings is None:
+            states = _from_host(saved["states"])
+        else:
+            states = _put(_from_host(saved["states"], np.asarray), shardings[1])
     if states is None:
-        states = init_fn(jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1), data)
-    if len(devices) > 1:
+        states = init_fn(init_keys, data)
+    if len(devices) > 1 and data_shards == 1:
         sharding = jax.sharding.NamedSharding(Mesh(np.array(devices), ("chain",)), P("chain"))
         states = jax.device_put(states, sharding)
         chain_keys = jax.device_put(chain_keys, sharding)
 
     bar = _progress_bar(progress, num_iterations, start, description)
 
-    def collect(out, at, n_valid):  # device -> host (blocks until that block has run)
-        fill(jax.tree.map(lambda a: np.asarray(a)[:, :n_valid], out), at)
+    def collect(out, at, n_keep, n_valid):  # device -> host (blocks until that block has run)
+        fill(jax.tree.map(lambda a: _host(a)[:, :n_keep], out), at)
         bar.update(n_valid)
 
     pending = None
+    warmup = jnp.int32(num_warmup)
     try:
         while start < num_iterations:
             n_valid = min(block_size, num_iterations - start)
             # dispatch is asynchronous: the next block runs on the devices while the host copies
             # the previous one
-            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid))
+            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid), warmup)
             if pending is not None:
                 collect(*pending)
-            pending = (out, start, n_valid)
+            at = recorded_count(start, num_warmup, thin)
+            pending = (out, at, recorded_count(start + n_valid, num_warmup, thin) - at, n_valid)
             start += n_valid
             if checkpoint is not None:
                 collect(*pending)
                 pending = None
-                _write_checkpoint(checkpoint, ident, start, [jax.tree.map(lambda a: a[:, :start], traces)], states)
+                kept = recorded_count(start, num_warmup, thin)
+                _write_checkpoint(checkpoint, ident, start, [jax.tree.map(lambda a, k=kept: a[:, :k], traces)], states)
         if pending is not None:
             collect(*pending)
     finally:
         bar.close()
     return traces, states
+
+
+def check_rows(data, data_shards: int, where: str = "") -> int:
+    """The data's row count ``n`` (:func:`row_count`), checked for ``data_shards``: a
+    ``ValueError`` naming ``data_shards`` when the data has no known row axis or ``n`` is not a
+    multiple of ``data_shards`` (rows are not padded: a padded row would enter the sums over
+    rows, e.g. BART's ``sigma2`` draw and the row counts of CGM98's valid cuts)."""
+    n = row_count(data)
+    if n is None:
+        raise ValueError(f"{where}data_shards={data_shards}: the data has no row axis the driver can shard (a field "
+                         f"named {sorted(ROW_AXES)}); this method cannot shard rows.")
+    if n % data_shards:
+        raise ValueError(f"{where}data_shards={data_shards} must divide the number of training rows (n={n}): rows are "
+                         f"not padded; drop {n % data_shards} rows or choose a divisor of {n}.")
+    return n
+
+
+def _run_shardings(plan: ChainPlan, algorithm: SamplingAlgorithm, init_keys, data):
+    """``(keys, states, data)`` NamedShardings of a run with ``data_shards > 1``: keys and the
+    states' leading axis on ``"chain"``, the row axes (:func:`row_specs`) on ``"data"``."""
+    mesh, n = plan.mesh(), row_count(data)
+
+    def named(specs):
+        return jax.tree.map(lambda s: jax.sharding.NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
+
+    shapes = jax.eval_shape(jax.vmap(algorithm.init, in_axes=(0, None)), init_keys, data)
+    return (jax.sharding.NamedSharding(mesh, P("chain")), named(row_specs(shapes, n, ("chain",))),
+            named(row_specs(data, n)))
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _put(tree, shardings):
+    """``tree`` placed on ``shardings`` (a sharding or a matching pytree of them).  A sharding that
+    spans other processes' devices (``jax.distributed``) takes each local shard from this
+    process's full copy of the value (every process passes the same value); typed PRNG keys travel
+    as their key data."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        shardings = jax.tree.map(lambda _: shardings, tree, is_leaf=_is_key)
+
+    def put(x, sharding):
+        if _is_key(x):
+            return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree, shardings, is_leaf=_is_key)
+
+
+def _host(x) -> np.ndarray:
+    """A device array as one numpy array on this process (gathered from every process when it
+    spans several, ``jax.distributed``)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
 
 
 def run_independent(
@@ -439,9 +688,9 @@ def _to_host(tree):
     out = []
     for leaf in leaves:
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            out.append(("prng_key", str(jax.random.key_impl(leaf)), np.asarray(jax.random.key_data(leaf))))
+            out.append(("prng_key", str(jax.random.key_impl(leaf)), _host(jax.random.key_data(leaf))))
         else:
-            out.append(np.asarray(leaf))
+            out.append(_host(leaf))
     return treedef, out
 
 
@@ -467,11 +716,16 @@ def _read_checkpoint(path, ident) -> dict | None:
 
 def _write_checkpoint(path, ident, start, chunks, states) -> None:
     """The one writer of checkpoints: ``start`` units done (iterations of :func:`run_chains`,
-    chains of :func:`run_independent`), their results ``chunks`` and the states to go on from."""
+    chains of :func:`run_independent`), their results ``chunks`` and the states to go on from.
+    With several processes (``jax.distributed``) every process gathers the states and process 0
+    writes the file."""
+    states = _to_host(states)
+    if jax.process_index() != 0:
+        return
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as fh:
         pickle.dump(
-            dict(ident=ident, start=start, chunks=chunks, states=_to_host(states)),
+            dict(ident=ident, start=start, chunks=chunks, states=states),
             fh,
             protocol=pickle.HIGHEST_PROTOCOL,
         )

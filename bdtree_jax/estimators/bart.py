@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
-from ..driver import plan_chains, run_chains
+from ..driver import check_rows, plan_chains, run_chains
 from ..kernels import cgm
 from ..kernels.bart import MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
 from ..posterior.bart import bart_posterior_from_traces
@@ -48,7 +48,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
     def _check_params(self) -> None:
         name = type(self).__name__
         ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
-                ("num_particles", 1))
+                ("num_particles", 1), ("data_shards", 1), ("thin", 1))
         for attr, low in ints:
             v = getattr(self, attr)
             if not _is_int(v) or v < low:
@@ -86,23 +86,32 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
     def _run(self, problem: BARTProblem, fingerprint: tuple):
         """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
         the run's checkpoint together with the kernel's configuration."""
-        plan = plan_chains(int(self.num_chains))
+        try:
+            plan = plan_chains(int(self.num_chains), data_shards=int(self.data_shards))
+            if plan.data_shards > 1:
+                check_rows(problem.data, plan.data_shards)
+        except ValueError as e:
+            raise ValueError(f"{type(self).__name__}: {e}") from None
         dtypes = cgm.CGMConfig.from_prior(problem.prior, n_features=problem.n_features,
                                           n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
         config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
                             num_particles=int(self.num_particles), trace_dtypes=dtypes,
                             incremental=plan.chain_method == "sequential", outcome=problem.outcome)
-        num_warmup, num_samples = int(self.num_warmup), int(self.num_samples)
+        num_warmup, num_samples, thin = int(self.num_warmup), int(self.num_samples), int(self.thin)
+        num_iterations = num_warmup + num_samples * thin
         t0 = time.perf_counter()
         traces, _ = run_chains(
             bart(config), problem.data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
-            num_iterations=num_warmup + num_samples, block_size=min(100, num_warmup + num_samples),
+            num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
             fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
+            num_warmup=num_warmup, thin=thin,
         )
         seconds = time.perf_counter() - t0
         info = dict(seed=int(self.seed), num_warmup=num_warmup, num_samples=num_samples, seconds=seconds,
-                    seconds_per_sweep=seconds / (num_warmup + num_samples))
+                    seconds_per_sweep=seconds / num_iterations)
+        if thin != 1 or plan.data_shards != 1:
+            info.update(thin=thin, data_shards=plan.data_shards)
         self.posterior_ = bart_posterior_from_traces(traces, problem, config, num_warmup, info)
         self._record_features(problem.n_features, problem.feature_names)
         return self
@@ -162,6 +171,14 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         Checkpoint file; an interrupted fit resumes from it.
     progress : bool or None
         Progress bar (None: when stderr is a terminal).
+    data_shards : int, default 1
+        Split every chain's training rows over this many devices (a divisor of the number of
+        devices and of the rows; chains spread over ``devices // data_shards`` device groups):
+        one chain's data can exceed one device.  Same trees as unsharded, floats to float32
+        round-off (:class:`~bdtree_jax.methods.RunOptions`, docs/chains-devices.md).
+    thin : int, default 1
+        Keep every ``thin``-th sweep after warm-up: ``num_samples`` draws from
+        ``num_warmup + num_samples * thin`` sweeps; the others are never recorded.
 
     Attributes
     ----------
@@ -192,6 +209,8 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         valid_cuts: str = "ancestors",
         checkpoint: str | None = None,
         progress: bool | None = None,
+        data_shards: int = 1,
+        thin: int = 1,
     ):
         self._store(locals())
 
@@ -227,7 +246,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     Parameters
     ----------
     n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
-    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress
+    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
@@ -264,6 +283,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         valid_cuts: str = "ancestors",
         checkpoint: str | None = None,
         progress: bool | None = None,
+        data_shards: int = 1,
+        thin: int = 1,
     ):
         self._store(locals())
 

@@ -123,9 +123,11 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         Symmetric Dirichlet concentration of the leaf class probabilities.
     tempering : Tempering or None
         Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
-    num_warmup, num_samples, num_chains, seed, checkpoint, block_size, chain_method
+    num_warmup, num_samples, num_chains, seed, checkpoint, block_size, chain_method, data_shards, thin
         The run's options (:class:`~bdtree_jax.methods.RunOptions`; defaults 1000, 1000, 4, 0,
-        None, None, None).
+        None, None, None, 1, 1): ``data_shards`` splits every chain's training rows over that
+        many devices (MCMC methods; it divides the devices and the rows), ``thin`` keeps every
+        ``thin``-th draw after warm-up (``num_samples`` kept).
     progress : bool or None, default False
         Show a progress bar (None: when stderr is a terminal).
     **deprecated
@@ -158,7 +160,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
                  pinball_max_leaves: int | None = None, concentration: float = 1.0, tempering=None,
                  num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
                  progress: bool | None = False, checkpoint: str | None = None, block_size: int | None = None,
-                 chain_method: str | None = None, **deprecated):
+                 chain_method: str | None = None, data_shards: int = 1, thin: int = 1, **deprecated):
         _store(self, locals())
 
     def fit(self, X, y):
@@ -209,7 +211,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
                  a: float | None = None, mu_bar: float | None = None, tempering=None, num_warmup: int = 1000,
                  num_samples: int = 1000, num_chains: int = 4, seed: int = 0, progress: bool | None = False,
                  checkpoint: str | None = None, block_size: int | None = None, chain_method: str | None = None,
-                 **deprecated):
+                 data_shards: int = 1, thin: int = 1, **deprecated):
         _store(self, locals())
 
     def fit(self, X, y):

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..driver import BLOCK_SIZE, CHAIN_METHODS, plan_chains, run_chains
+from ..driver import BLOCK_SIZE, CHAIN_METHODS, check_rows, plan_chains, run_chains
 from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
 
@@ -63,6 +63,20 @@ class RunOptions:
         How the chains of one device run: looped with ``lax.map`` (the default on CPU) or
         ``vmap``-ped (the default on accelerators).  Decided once per run
         (:func:`~bdtree_jax.driver.plan_chains`); the kernels are built for it.
+    data_shards : int >= 1, default 1
+        Split every chain's training rows over this many devices (MCMC methods), so one chain's
+        data can exceed one device: the devices (``devices``, default all, across processes
+        under ``jax.distributed``) form groups of ``data_shards`` and the chains are spread over
+        the groups (:func:`~bdtree_jax.driver.plan_chains`).  It must divide the number of
+        devices and the number of training rows (rows are not padded); otherwise, or for a
+        method that does not run chains (SMC, PCFG), a ``ValueError`` before anything compiles.
+        The trees are those of the unsharded run and floats agree to float32 round-off (sums over
+        rows are added in another order; docs/chains-devices.md).
+    thin : int >= 1, default 1
+        Keep every ``thin``-th iteration after warm-up (MCMC methods): ``num_samples`` draws
+        from ``num_warmup + num_samples * thin`` iterations, the iterations
+        ``num_warmup + thin - 1, num_warmup + 2 thin - 1, ...`` (the others are never recorded,
+        so the traces take ``thin`` times less memory).  Warm-up iterations are all recorded.
     """
 
     num_warmup: int = 1000
@@ -74,9 +88,11 @@ class RunOptions:
     block_size: int | None = None
     devices: tuple | None = None
     chain_method: str | None = None
+    data_shards: int = 1
+    thin: int = 1
 
     def __post_init__(self):
-        for name, low in (("num_warmup", 0), ("num_samples", 0), ("num_chains", 1)):
+        for name, low in (("num_warmup", 0), ("num_samples", 0), ("num_chains", 1), ("data_shards", 1), ("thin", 1)):
             check_integer(name, getattr(self, name), low)
         if self.block_size is not None:
             check_integer("block_size", self.block_size, 1)
@@ -154,6 +170,9 @@ class Method:
     structures: ClassVar[tuple] = ("cgm",)
     #: the method has a tree prior of its own (RJHMC, PCFG): CGM98's rule options do not apply.
     own_prior: ClassVar[bool] = False
+    #: runs Markov chains through :func:`~bdtree_jax.driver.run_chains` (``thin`` and
+    #: ``data_shards`` apply).
+    runs_chains: ClassVar[bool] = False
 
     def options(self) -> dict:
         """The method's options, ``{field: value}``."""
@@ -201,6 +220,10 @@ class Method:
         if options.num_samples < self.min_samples:
             raise ValueError(f"{where}num_samples must be an integer >= {self.min_samples}; got "
                              f"{options.num_samples!r}.")
+        for name in ("thin", "data_shards"):
+            if getattr(options, name) != 1 and not self.runs_chains:
+                raise ValueError(f"{where}{name} applies to the MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
+                                 f"method={self.name!r} draws independent runs; leave {name}=1.")
         tempering = Tempering() if tempering is None else tempering
         if tempering.n_temperatures > 1 and not self.tempers:
             raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
@@ -261,6 +284,7 @@ class MCMCMethod(Method):
     :class:`Kernel` and turns the traces into a posterior."""
 
     tempers: ClassVar[bool] = True
+    runs_chains: ClassVar[bool] = True
 
     def kernel(self, problem: TreeProblem, chain_method: str, betas: tuple, num_warmup: int, where: str = "") -> Kernel:
         """The kernel for ``problem``, built for how the chains share a device (``chain_method``)
@@ -282,17 +306,25 @@ class MCMCMethod(Method):
 
     def run(self, problem, options=None, tempering=None, *, where=""):
         options, betas = self._start(problem, options, tempering, where)
-        plan = plan_chains(options.num_chains, options.devices, options.chain_method)
+        try:
+            plan = plan_chains(options.num_chains, options.devices, options.chain_method, options.data_shards)
+            if plan.data_shards > 1:
+                check_rows(problem.data, plan.data_shards)
+        except ValueError as e:
+            raise ValueError(where + str(e)) from None
         kernel = self.kernel(problem, plan.chain_method, betas, options.num_warmup, where)
         block_size = self.default_block_size if options.block_size is None else options.block_size
         t0 = time.perf_counter()
         traces, _ = run_chains(
             kernel.algorithm, kernel.data, key=jax.random.key(options.seed), num_chains=options.num_chains,
-            num_iterations=options.num_warmup + options.num_samples, block_size=block_size,
+            num_iterations=options.num_warmup + options.num_samples * options.thin, block_size=block_size,
             progress=options.progress, checkpoint=options.checkpoint,
             fingerprint=self._fingerprint(kernel, betas, problem), description=self.name, plan=plan,
+            num_warmup=options.num_warmup, thin=options.thin,
         )
         seconds = time.perf_counter() - t0
         info = dict(seed=options.seed, num_warmup=options.num_warmup, num_samples=options.num_samples,
                     seconds=seconds, config=repr(kernel.config), **self._info(kernel, betas, problem))
+        if options.thin != 1 or plan.data_shards != 1:
+            info.update(thin=options.thin, data_shards=plan.data_shards)
         return self.posterior(traces, problem, kernel, options.num_warmup, info)
