@@ -222,6 +222,29 @@ def _narrow_bins_dtype(data: TreeData):
     return jnp.int8 if top <= 2**7 else jnp.int16 if top <= 2**15 else jnp.int32
 
 
+def _leaf_index_narrow(tree: Tree, data: TreeData) -> Array:
+    """(n,) :func:`~bdtree_jax.tree.leaf_index` of every row, in uint8 for trees of at most 255
+    slots (``max_depth`` <= 7) and reading the bins in :func:`_narrow_bins_dtype`: the descent's
+    per-row arrays are what every batched chain reads and writes at each of its levels, so their
+    width is its cost.  The same leaves as ``leaf_index(tree, data.bins, max_cut=n)``."""
+    n_nodes = tree.is_split.shape[-1]
+    n, n_features = data.bins.shape
+    shift = max(n, 1).bit_length()
+    if n_nodes > 255 or n_features << shift >= 2**31:
+        return leaf_index(tree, data.bins, max_cut=n)
+    flat = data.bins.astype(_narrow_bins_dtype(data)).reshape(-1)  # the same for every chain
+    row_offset = jnp.arange(n, dtype=jnp.int32) * n_features
+    # each node's rule packed in one integer (feature high, cut low; -1: leaf), one gather a level
+    code = jnp.where(tree.is_split, (tree.feature.astype(jnp.int32) << shift) + tree.cut, -1)
+    mask = (1 << shift) - 1
+    node = jnp.zeros(n, jnp.uint8)
+    for _ in range(int(np.log2(n_nodes + 1)) - 1):
+        c = code[node]
+        go_right = flat[row_offset + (c >> shift)] > (c & mask)
+        node = jnp.where(c >= 0, 2 * node + 1 + go_right.astype(jnp.uint8), node)
+    return node
+
+
 def _score_batched(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMState:
     """:func:`~bdtree_jax.kernels._moves.score` (the same state) for chains that are ``vmap``-ped.
 
@@ -235,7 +258,7 @@ def _score_batched(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMSt
     (counts) are exact, others differ from :func:`score` by float rounding only.
     """
     n_nodes = tree.is_split.shape[-1]
-    leaf_id = leaf_index(tree, data.bins, max_cut=data.bins.shape[0])
+    leaf_id = _leaf_index_narrow(tree, data)
     stats = reduce_subtrees(jax.ops.segment_sum(data.point_stats, leaf_id, num_segments=n_nodes), jnp.add)
     if data.cut_count is None and config.min_leaf_size == 1:
         n_features = data.bins.shape[1]
