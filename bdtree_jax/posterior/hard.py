@@ -134,7 +134,9 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
 @dataclass(eq=False, kw_only=True)
 class _DrawSummaries:
     """What every posterior of draws holds (the fields below, given by keyword) and offers once a
-    subclass adds ``predict_draws``, ``sample_function``, ``num_chains`` and ``num_draws``."""
+    subclass adds ``num_chains``, ``num_draws`` and the streamed evaluation of its draws:
+    ``_inputs(X)``, ``_tables(sample, seed)`` and ``_rows(tables, inputs, start, stop, predictive)``
+    (described in the prediction section below)."""
 
     stats: dict
     """(C, S) arrays per diagnostic: ``log_lik``, ``log_prior``, ``log_posterior`` (their sum,
