@@ -432,13 +432,15 @@ def run_chains(
         keys_sharding, _, data_shardings = shardings
         data = _put(data, data_shardings)
         init_keys, chain_keys = _put(init_keys, keys_sharding), _put(chain_keys, keys_sharding)
+    # a sharded program is built for its shardings (the data's and state's structure and row specs)
+    layout = None if shardings is None else (jax.tree.structure(shardings), tuple(jax.tree.leaves(shardings)))
     init_fn = _get_program(
-        ("init", data_shards), algorithm, 0, devices,
+        ("init", data_shards, layout), algorithm, 0, devices,
         lambda: jax.jit(jax.vmap(algorithm.init, in_axes=(0, None))) if shardings is None else jax.jit(
             jax.vmap(algorithm.init, in_axes=(0, None)), in_shardings=shardings[::2], out_shardings=shardings[1]),
     )
     block_fn = _get_program(
-        ("block", chain_method, data_shards, thin), algorithm, block_size, devices,
+        ("block", chain_method, data_shards, thin, layout), algorithm, block_size, devices,
         lambda: _block_program(algorithm, block_size, plan, thin, shardings),
     )
 
