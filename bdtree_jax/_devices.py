@@ -10,6 +10,11 @@ JAX must be told before its backends initialise.  On import, bdtree_jax asks for
 It only changes the number of *CPU* devices; GPUs are untouched.  Users who want to decide
 themselves call ``jax.config.update("jax_num_cpu_devices", n)`` before importing bdtree_jax, or set
 ``BDTREE_CPU_DEVICES``.
+
+Several processes (``jax.distributed``): call ``jax.distributed.initialize`` before importing
+bdtree_jax (importing it starts JAX's backend, after which ``initialize`` refuses), and choose the
+CPU devices per process with ``jax.config.update("jax_num_cpu_devices", n)`` before that; the
+policy above then leaves them alone (docs/chains-devices.md).
 """
 
 from __future__ import annotations
