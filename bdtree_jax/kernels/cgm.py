@@ -26,6 +26,19 @@ they change (a proposal that leaves a leaf too small is rejected there), then re
 Under the pinball prior (:mod:`bdtree_jax.priors`) the rule draw does not cancel against a split
 probability, but the ratio above is written with the full ``log p(T*) - log p(T)`` and the
 rule-proposal terms, so it holds for either prior.
+
+With ``incremental=False`` (chains ``vmap``-ped, the accelerator default) every step edits the tree
+with selects and re-scores the proposed tree whole (:func:`_score_batched`).  Under ``vmap`` a
+``lax.cond`` whose predicate differs between chains becomes a select: every chain pays for both
+branches, so the incremental kernel batched costs more than the full re-score (on bcw, 478 rows
+and ``max_depth`` 6, XLA's cost analysis gives about 560 kB accessed per chain and step for it,
+of which a local move alone is about 105 kB and the subtree re-score about 470 kB).  What a batched
+chain pays for is the width and the number of its per-row and per-node arrays, so the re-score
+keeps them narrow: the rows descend the tree with uint8 node ids reading bins in the narrowest
+integer type, the node sums are one plain segment sum (no CPU scatter lanes, which multiply what
+each chain writes), and the valid-cut bounds one max of ``(-bins, bins)`` in that narrow type --
+about 250 kB per chain and step instead of 450 kB, the same chain (the same trees and acceptances
+as the incremental kernel; ``benchmarks/cgm_many_chains.py`` measures it).
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import PinballTables, TreePrior, child_bounds, leaf_size_log_prior, log_rule_prob, log_tree_prior
 from ..priors import node_bounds, reduce_subtrees, split_mask, subtree_sums
-from ..tree import Tree, change, empty_tree, grow, in_subtree, leaf_index, leaf_nodes, prune, swap
+from ..tree import Tree, change, empty_tree, in_subtree, leaf_index, leaf_nodes, swap
 from ._moves import CGMState, draw_rule, mh_log_ratio, pick, score, targets, with_scores
 from .base import SamplingAlgorithm
 
@@ -208,11 +221,21 @@ def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
 def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
     """Batched chains (``config.incremental=False``): edit the tree (cheap selects) and re-score it
     whole (one pass over the data), whatever the move, then accept or reject."""
-    tree = state.tree
-    edits = (grow(tree, node, feature, cut), prune(tree, node), change(tree, node, feature, cut), swap(tree, node))
-    new_tree = jax.tree.map(lambda *xs: jnp.stack(xs)[jnp.clip(move, 0, 3)], *edits)
+    new_tree = _edit(state.tree, move, node, feature, cut)
     proposed = _score_batched(new_tree, data, config, state.beta)
     return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
+
+
+def _edit(tree: Tree, move: Array, node: Array, feature: Array, cut: Array) -> Tree:
+    """The tree after ``move`` (grow, prune, change or swap at ``node``) as selects over one
+    copy of each array: the same tree as the move's own edit (:func:`~bdtree_jax.tree.grow`,
+    ... :func:`~bdtree_jax.tree.swap`) without building all four."""
+    m = jnp.clip(move, 0, 3)
+    swapped = swap(tree, node)
+    is_split = tree.is_split.at[node].set(jnp.where(m == 0, True, jnp.where(m == 1, False, tree.is_split[node])))
+    rule = lambda a, v: jnp.where(m == 3, getattr(swapped, a), getattr(tree, a).at[node].set(  # noqa: E731
+        jnp.where(m == 1, 0, v).astype(getattr(tree, a).dtype)))
+    return Tree(is_split, rule("feature", feature), rule("cut", cut))
 
 
 def _narrow_bins_dtype(data: TreeData):
