@@ -33,10 +33,14 @@ and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
 ``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.
 
 ``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): everything about a
-tree's proposal that does not depend on the residual (move, node, rule, new bounds, prior and
-proposal terms, the rows' leaves) is computed for all trees at once, vectorized, and a lean
-sequential ``lax.scan`` does the rest; tree ``m``'s proposal reads only tree ``m``, which no
-earlier update of the sweep touches, so this is the same chain as proposing tree by tree (tested).
+tree's proposal that reads neither the residual nor the rows (move, node, rule, new bounds, prior
+and proposal terms) is computed for all trees at once, vectorized, and a lean sequential
+``lax.scan`` makes a few passes over each tree's rows in turn (its finer tree's leaves, the new
+children's counts, one scatter of the residual into the leaves, one gather to update it), each
+reading a row's stored data once from memory: no (M, n) array is built per sweep beyond the
+rows' leaves it keeps (uint8 heap slots up to ``max_depth`` 7).  Tree ``m``'s proposal reads only
+tree ``m``, which no earlier update of the sweep touches, so this is the same chain as proposing
+tree by tree (tested).
 ``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the unchanged single-tree kernels
 on a :class:`~bdtree_jax.kernels._moves.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
 ``point_stats`` and ``likelihood`` are swapped in.  Every shape is fixed (``M`` trees of
@@ -71,7 +75,8 @@ log-likelihood of the training ``y``; original ``y`` units) -- for binary outcom
 (mean and sd over the training rows of the latent ``f = offset + sum of trees``) --, mean
 leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
 trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
-``(M, N)``) and ``leaf_values (M, N)`` float32, needed to predict at new inputs.  That is
+``(M, N)``) and ``leaf_values (M, N)`` float32 (``BARTConfig(leaf_dtype="bfloat16")``: 2 bytes),
+needed to predict at new inputs.  That is
 ``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 101 KB
 for ``M = 200, max_depth = 5`` (1000 draws of 4 chains: 0.4 GB).  The driver records warm-up
 iterations too (dropped after the run).  ``BARTConfig(record_trees=False)`` keeps only the scalars.
@@ -92,25 +97,27 @@ from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..likelihoods import BARTLeafNormal
 from ..priors import node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
-from ..problem.bart import BARTData
+from ..problem.bart import BARTData, feature_bins
 from ..tree import Tree, leaf_nodes, n_nodes, tree_summaries
 from . import cgm, pg
 from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "TREE_SAMPLERS", "OUTCOMES", "MAX_DEPTH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
+    "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
     "bart", "draw", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step", "step_with_draws",
     "trace",
 ]
 
 TREE_SAMPLERS = ("grow-prune", "cgm", "pg")
 OUTCOMES = ("continuous", "binary")
+#: Float types the trace may record the leaf values in.
+LEAF_DTYPES = ("float32", "bfloat16", "float16")
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
-#: Deepest tree BART pads (the rows' leaves are kept as int16 heap slots).
+#: Deepest tree BART pads (the rows' leaves are kept as heap slots: uint8 up to depth 7, else int16).
 MAX_DEPTH = 14
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 
@@ -132,6 +139,9 @@ class BARTConfig:
     record_trees : put the trees and leaf values in the per-iteration trace.
     outcome : "continuous" (normal noise, ``sigma`` drawn) or "binary" (probit with latents,
         ``sigma = 1``; ``sample_sigma`` is then ignored).
+    leaf_dtype : float type of the recorded leaf values, one of :data:`LEAF_DTYPES` ("float32";
+        "bfloat16" or "float16" halve the trace's largest part; the sampler itself always works
+        in float32, only the record is rounded).
     """
 
     n_trees: int
@@ -144,8 +154,11 @@ class BARTConfig:
     incremental: bool = True
     record_trees: bool = True
     outcome: str = "continuous"
+    leaf_dtype: str = "float32"
 
     def __post_init__(self):
+        if self.leaf_dtype not in LEAF_DTYPES:
+            raise ValueError(f"leaf_dtype must be one of {LEAF_DTYPES}; got {self.leaf_dtype!r}.")
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}; got {self.outcome!r}.")
         if self.tree_sampler not in TREE_SAMPLERS:
@@ -226,9 +239,15 @@ def _leaf_model(data: BARTData, sigma2: Array) -> BARTLeafNormal:
     return BARTLeafNormal(sigma2, data.tree_data.likelihood.tau2)
 
 
-def _tree_fits(state: BARTState) -> Array:
-    """(M, n) every tree's leaf value at every training row."""
-    return jax.vmap(lambda values, leaf: values[leaf])(state.leaf_values, state.trees.leaf_id)
+def _fit_from_trees(state: BARTState) -> Array:
+    """(n,) the sum of the trees at the training rows, added tree by tree in a ``lax.scan`` (one
+    (n,) gather per tree; never the (M, n) table of every tree's values)."""
+    def add(total, tree):
+        values, leaf = tree
+        return total + values[leaf], None
+
+    start = jnp.zeros(state.trees.leaf_id.shape[-1], jnp.float32)
+    return jax.lax.scan(add, start, (state.leaf_values, state.trees.leaf_id))[0]
 
 
 def _draw_sigma2(key: PRNGKey, residual: Array, nu: Array, lam: Array) -> Array:
@@ -276,9 +295,10 @@ def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
 
 
 def _narrow_ids(trees: CGMState) -> CGMState:
-    """The rows' leaves as int16 (heap slots fit for ``max_depth <= 14``): the (M, n) array a
-    sweep reads and writes several times."""
-    return trees._replace(leaf_id=trees.leaf_id.astype(jnp.int16))
+    """The rows' leaves (the (M, n) array a sweep reads and writes) in the narrowest type that
+    holds a heap slot: uint8 up to ``max_depth`` 7 (255 slots), else int16 (``max_depth <= 14``)."""
+    n_slots = trees.tree.is_split.shape[-1]
+    return trees._replace(leaf_id=trees.leaf_id.astype(jnp.uint8 if n_slots <= 2**8 else jnp.int16))
 
 
 def _can_split(trees: CGMState, data: BARTData) -> Array:
@@ -319,7 +339,7 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
     uniforms, normals, tree_keys, k_sigma = draws
     sigma2 = state.sigma2
     # the fit as carried, or every FIT_REFRESH sweeps exactly from the trees (bounded round-off)
-    total = jax.lax.cond(state.sweeps % FIT_REFRESH == 0, lambda: _tree_fits(state).sum(0), lambda: state.fit)
+    total = jax.lax.cond(state.sweeps % FIT_REFRESH == 0, lambda: _fit_from_trees(state), lambda: state.fit)
     sweeps = state.sweeps + 1
     if config.binary:  # the trees' target: latent minus offset
         target = draw_latents(k_sigma, data.offset + total, data.y) - data.offset
@@ -396,116 +416,159 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
                       config: BARTConfig):
     """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
 
-    Everything about a tree's proposal that does not depend on the residual is computed for all
-    trees at once before the sweep: the move, node and rule, the new children's bounds, prior and
-    proposal terms (:class:`~bdtree_jax.kernels.cgm.LocalProposal`), the rows' leaves in the finer
-    of the two trees (the proposed one for a grow, the current one for a prune), its leaves' row
-    counts and, with ``sigma2`` fixed during the sweep, the count-only parts of the split gain
-    and of the leaf posteriors (mean factor ``1 / (sigma2 precision)``, draw ``sd z``).  The
-    sequential ``lax.scan`` over the trees carries the residual ``target - fit`` and does only
-    what needs it: one ``segment_sum`` of the residual over the finer tree's leaves (plus the
-    tree's own old values times the counts: the partial residual's sums), the split gain from the
-    two children's sums, the accept step, the new leaf values, and one gather to update the
-    residual.  The accepted moves are then written into the trees, vectorized again.  This is
-    the same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads
-    only tree ``m``, which no earlier update of the sweep touches.  Returns ``(total,
-    leaf_values, changed, trees)``."""
+    Everything about a tree's proposal that depends on neither the residual nor the rows is
+    computed for all trees at once before the sweep (:func:`_grow_prune_prepare`, O(M N)): the
+    move, node and rule, the new children's bounds, prior and proposal terms
+    (:class:`~bdtree_jax.kernels.cgm.LocalProposal`).  The sequential ``lax.scan`` over the trees
+    carries the residual ``target - fit`` and makes the few passes over one tree's rows, each row's
+    data read once from memory and the rest in cache: the rows' leaves in the finer of the two
+    trees (the proposed one for a grow, the current one for a prune: from the tree's stored leaves
+    and its rule's feature row, never materialised for all trees), the new children's row counts
+    (and with ``valid_cuts="ancestors"`` the prior's truncation to leaves of ``min_leaf_size``
+    rows), one ``segment_sum`` of the residual over the leaves (plus the tree's own old values
+    times the counts: the partial residual's sums), the split gain from the two children's sums
+    and the leaf model's count terms with this sweep's ``sigma2``, the accept step, the new leaf
+    values, the rows' leaves after the step (written in place into the kept (M, n) array, read
+    back by the next tree to find its rows in this tree's finer tree) and one gather to update
+    the residual (deferred to the next tree: :func:`_grow_prune_sweep`'s body).  The accepted moves are then written into the trees' O(M N) arrays,
+    vectorized again.  This is the same Markov chain as proposing and accepting tree by tree:
+    tree ``m``'s proposal reads only tree ``m``, which no earlier update of the sweep touches.
+    Returns ``(total, leaf_values, changed, trees, can_split)``."""
     N = n_nodes(config.max_depth)
-    xs, aux = _grow_prune_prepare(state, data, sigma2, uniforms, normals, config)
+    td = data.tree_data
+    xs, props = _grow_prune_prepare(state, data, uniforms, normals, config)
+    bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
+    leaf_model = _leaf_model(data, sigma2)
+    slot = jnp.arange(N)
+    node, splits = props.node, props.splits
+    # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
+    # the current one of a prune's node
+    tree = state.trees.tree
+    rule_feature = jnp.where(splits, props.feature, jnp.take_along_axis(tree.feature, node[:, None], 1)[:, 0])
+    rule_cut = jnp.where(splits, props.cut, jnp.take_along_axis(tree.cut, node[:, None], 1)[:, 0])
 
-    def body(resid, xs):
-        fine, slots, old, count, factor, z, node, splits, possible, a_gain, bb, other, lu, node_factor, node_z = xs
-        sums = sum_by_lane(resid, slots, N) + count * old  # the partial residual's
-        kids = jax.lax.dynamic_slice(sums, (jnp.minimum(2 * node + 1, N - 2),), (2,))
+    def kid_rows(m):
+        """(n,) the child of tree m's node each row goes to by the rule (read for every row)."""
+        x = jax.lax.dynamic_index_in_dim(bins, rule_feature[m], axis=0, keepdims=False)
+        return 2 * node[m] + 1 + (x > rule_cut[m])
+
+    def body(carry, xs):
+        resid, leaf_ids, last_delta, last_coarse = carry
+        m, possible, other, lu, values, z, kept = xs
+        # the previous tree's update of the residual, deferred to here so that its (N,) change is
+        # a materialised loop value (XLA would otherwise fuse its computation, a reduction over the
+        # scatter's lanes, into the gather and repeat it for every row); its rows' leaves in its
+        # finer tree are recovered from its leaves after the step: a coarse tree's node rows by its rule
+        prev = jnp.maximum(m - 1, 0)
+        prev_leaf = leaf_ids[prev]
+        prev_fine = jnp.where(last_coarse & (prev_leaf == node[prev]), kid_rows(prev), prev_leaf)
+        resid = resid + last_delta[prev_fine]
+
+        leaf = leaf_ids[m]
+        left_child = 2 * node[m] + 1
+        is_kid = ((slot - left_child) >> 1) == 0
+        # the finer tree's leaves: a grow sends the node's rows to its children by the rule
+        fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)
+        # its row counts: the kept ones, a grow's new children counted
+        n_node = kept[node[m]]
+        grown_left = _count_equal(fine, left_child).astype(jnp.float32)
+        n_left = jnp.where(splits[m], grown_left, kept[jnp.minimum(left_child, N - 1)])
+        n_kids = jnp.stack([n_left, n_node - n_left])
+        counts = jnp.where(slot == left_child, n_kids[0], jnp.where(slot == left_child + 1, n_kids[1], kept))
+        if td.cut_count is not None:  # valid_cuts="ancestors": a grow leaving a child too small has prior 0
+            possible = possible & ~(splits[m] & jnp.any(n_kids < config.min_leaf_size))
+        # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
+        # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
+        # S * mean_factor(n), sd(n)
+        log_a, bb = leaf_model.marginal_terms(jnp.append(n_kids, n_node))
+        factor, sd = leaf_model.posterior_factors(counts)
+        node_factor, node_sd = leaf_model.posterior_factors(n_node)
+        old = jnp.where(is_kid & splits[m], values[node[m]], values)  # a grow's children hold the node's value
+        sums = sum_by_lane(resid, node_lanes(fine, N), N) + counts * old  # the partial residual's
+        kids = jax.lax.dynamic_slice(sums, (jnp.minimum(left_child, N - 2),), (2,))
         s_node = kids[0] + kids[1]
-        gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
-        accepted = possible & (lu < mh_log_ratio(jnp.where(splits, gain, -gain), 0.0, other))
-        coarse = accepted != splits  # the tree after the step is the coarser one: both children
-        is_kid = ((jnp.arange(N) - (2 * node + 1)) >> 1) == 0  # carry the node's value
-        new = jnp.where(is_kid & coarse, s_node * node_factor + node_z, sums * factor + z)
-        # one output row (values, accepted): one write per tree
-        return resid + (old - new)[fine], jnp.append(new, accepted.astype(new.dtype))
+        gain = log_a[0] + log_a[1] - log_a[2] + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
+        accepted = possible & (lu < mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other))
+        coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
+        new = jnp.where(is_kid & coarse, s_node * node_factor + node_sd * z[node[m]], sums * factor + sd * z)
+        # the rows' leaves after the step, written in place: the finer tree's, or its two
+        # children's rows back in the node
+        in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
+        leaf_ids = jax.lax.dynamic_update_index_in_dim(
+            leaf_ids, jnp.where(coarse & in_kids, node[m], fine).astype(leaf_ids.dtype), m, axis=0)
+        # one output row per tree: values, row counts of the finer tree, accepted
+        return (resid, leaf_ids, old - new, coarse), jnp.concatenate([new, counts, accepted[None].astype(new.dtype)])
 
-    resid, out = jax.lax.scan(body, target - total, xs)
-    new, changed = out[:, :N], out[:, N] > 0
-    values, trees, can_split = _grow_prune_finish(state, aux, new, changed)
+    M = node.shape[0]
+    start = (target - total, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
+    (resid, leaf_id, last_delta, last_coarse), out = jax.lax.scan(body, start, (jnp.arange(M),) + xs)
+    last = M - 1
+    last_fine = jnp.where(last_coarse & (leaf_id[last] == node[last]), kid_rows(last), leaf_id[last])
+    resid = resid + last_delta[last_fine]
+    new, counts, changed = out[:, :N], out[:, N:2 * N], out[:, 2 * N] > 0
+    values, trees, can_split = _grow_prune_finish(state, props, new, counts, changed, leaf_id)
     return target - resid, values, changed, trees, can_split
 
 
-def _grow_prune_prepare(state: BARTState, data: BARTData, sigma2, uniforms, normals, config: BARTConfig):
-    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal and the
-    residual-free terms of its sequential update.  Returns the scan's per-tree inputs and what
-    :func:`_grow_prune_finish` needs."""
-    N = n_nodes(config.max_depth)
+def _count_equal(a: Array, value) -> Array:
+    """() int32 ``sum(a == value)`` for a (n,) array, summed in uint8 over blocks of 255 rows and
+    then in int32: XLA fuses the comparison into that reduction, where an int32 or float sum
+    over all rows first writes an (n,) int32 or float array (4 bytes a row; this reads 1)."""
+    n = a.shape[0]
+    block = 255
+    k = n // block
+    head = jnp.sum((a[: k * block] == value).reshape(k, block).astype(jnp.uint8), axis=1, dtype=jnp.uint8)
+    return jnp.sum(head, dtype=jnp.int32) + jnp.sum(a[k * block:] == value, dtype=jnp.int32)
+
+
+def _bins_by_feature(data: BARTData) -> Array:
+    """(F, n) :attr:`~bdtree_jax.problem.bart.BARTData.feature_bins`, or the bins transposed here
+    (a BARTData built by hand)."""
+    if data.feature_bins is not None:
+        return data.feature_bins
+    return feature_bins(data.tree_data.bins, data.tree_data.cut_cumwidth.shape[-1] - 1)  # C + 1 bin codes
+
+
+def _grow_prune_prepare(state: BARTState, data: BARTData, uniforms, normals, config: BARTConfig):
+    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal (without counting
+    rows under ``valid_cuts="ancestors"``; ``"data"`` reads the node's rows for the children's
+    bounds).  Returns the scan's per-tree inputs and the proposals."""
     trees = state.trees
     td = data.tree_data
-    props = jax.vmap(lambda u, t, c: cgm.propose(u, t, td, config.cgm, c))(uniforms, trees, state.can_split)
+    count_rows = td.cut_count is None
+
+    def one(u, t, c):
+        return cgm.propose(u, t, td, config.cgm, c, count_rows=count_rows)
+
+    props = jax.vmap(one)(uniforms, trees, state.can_split)
+    rest = props.d_log_prior + props.log_q_ratio
+    xs = (props.possible, rest, jnp.log(uniforms[:, 4]), state.leaf_values, normals, trees.stats[:, :, 0])
+    return xs, props
+
+
+def _grow_prune_finish(state: BARTState, props, new, counts, changed, leaf_id):
+    """The accepted moves written into the trees, vectorized: leaf values (0 off the leaves),
+    tree, bounds, log-prior and row counts.  From the sequential pass: ``new`` (M, N) the values
+    drawn on each tree's finer tree (a coarse tree's node value sits in its children's slots),
+    ``counts`` (M, N) the finer tree's row counts, ``changed`` (M,) and ``leaf_id`` (M, n) the
+    rows' leaves after the step."""
+    trees = state.trees
+    N = new.shape[1]
     node, splits = props.node, props.splits
     left_child = 2 * node + 1
-    fine_id = jnp.where(props.in_node & splits[:, None],
-                        jnp.where(props.goes_left, left_child[:, None], left_child[:, None] + 1), trees.leaf_id)
-    # materialised once: everything below reads the rows through it (else XLA recomputes the
-    # rows' rule test inside every consumer)
-    fine_id = jax.lax.optimization_barrier(fine_id.astype(jnp.int16))
     slot = jnp.arange(N)
     is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
     at_node = slot == node[:, None]
-    # rows per node of the finer tree: the kept counts (``trees.stats[..., 0]``) with its two
-    # children: a grow's new ones (counted by the proposal under valid_cuts="ancestors", else
-    # from the rows), a prune's current ones
-    if props.kid_rows is not None:
-        kept = jnp.take_along_axis(trees.stats[:, :, 0], left_child[:, None], axis=1)[:, 0]
-        n_left = jnp.where(splits, props.kid_rows[:, 0].astype(jnp.float32), kept)
-    else:
-        n_left = jnp.sum(fine_id == left_child[:, None], axis=1, dtype=jnp.float32)
-    new_kids = jnp.where(slot == left_child[:, None], n_left[:, None],
-                         jnp.take_along_axis(trees.stats[:, :, 0], node[:, None], axis=1) - n_left[:, None])
-    counts = jnp.where(is_kid, new_kids, trees.stats[:, :, 0])
-    values = state.leaf_values
-    node_value = jnp.take_along_axis(values, node[:, None], axis=1)
-    old_fine = jnp.where(is_kid & splits[:, None], node_value, values)  # a grow's children hold the node's value
-    n_kids = jnp.take_along_axis(counts, jnp.stack([left_child, left_child + 1], 1), axis=1)  # (M, 2)
-    n_all = jnp.concatenate([n_kids, n_kids.sum(1, keepdims=True)], axis=1)  # (M, 3): left, right, node
-    # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
-    # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
-    # S * mean_factor(n), sd(n)
-    leaf_model = _leaf_model(data, sigma2)
-    log_a, b = leaf_model.marginal_terms(n_all)
-    mean_factor, sd = leaf_model.posterior_factors(counts)
-    node_factor, node_sd = leaf_model.posterior_factors(n_all[:, 2])
-    leaf_draw = sd * normals
-    node_draw = node_sd * jnp.take_along_axis(normals, node[:, None], axis=1)[:, 0]
-    gain_counts = log_a[:, 0] + log_a[:, 1] - log_a[:, 2]
-    rest = props.d_log_prior + props.log_q_ratio
-    log_u = jnp.log(uniforms[:, 4])
-
-    xs = (fine_id, node_lanes(fine_id, N), old_fine, counts, mean_factor, leaf_draw, node, splits, props.possible,
-          gain_counts, b, rest, log_u, node_factor, node_draw)
-    return xs, (props, fine_id, counts, is_kid, at_node)
-
-
-def _grow_prune_finish(state: BARTState, aux, new, changed):
-    """The accepted moves written into the trees, vectorized: leaf values (0 off the leaves),
-    tree, rows' leaves, bounds, log-prior and row counts.  ``new`` (M, N) the values the
-    sequential pass drew on each tree's finer tree (a coarse tree's node value sits in its left
-    child's slot)."""
-    props, fine_id, counts, is_kid, at_node = aux
-    trees = state.trees
-    node, splits = props.node, props.splits
-    left_child = 2 * node + 1
     coarse = (changed != splits)[:, None]
     leaf = jnp.where(is_kid, ~coarse, jnp.where(at_node, coarse, jax.vmap(leaf_nodes)(trees.tree)))
     kid_value = jnp.take_along_axis(new, left_child[:, None], axis=1)
     values = jnp.where(leaf, jnp.where(at_node, kid_value, new), 0.0).astype(jnp.float32)
     tree, _, lo, hi = jax.vmap(cgm.apply_local)(trees, props, changed)
-    # the rows' leaves: the finer tree's, or its two children's rows back in the node
-    leaf_id = jnp.where(coarse & (((fine_id - left_child[:, None]) >> 1) == 0), node[:, None], fine_id)
-    leaf_id = leaf_id.astype(trees.leaf_id.dtype)
+    # an accepted grow's truncation term is 0 (it was possible), so the proposal's prior change holds
     log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
-    rows = jnp.where(is_kid, jnp.where(coarse, 0.0, counts), counts)  # the new tree's row counts
+    rows = jnp.where(is_kid & coarse, 0.0, counts)  # the new tree's row counts
     stats = trees.stats.at[:, :, 0].set(rows)
-    kid_can = jnp.where(jnp.arange(is_kid.shape[1]) == left_child[:, None], props.kids_can_split[:, :1],
-                        props.kids_can_split[:, 1:])
+    kid_can = jnp.where(slot == left_child[:, None], props.kids_can_split[:, :1], props.kids_can_split[:, 1:])
     # the children: a grow's new ones if it is accepted, none if the tree is the coarse one, the
     # current ones after a refused prune
     kids = jnp.where(coarse, False, jnp.where(splits[:, None], kid_can, state.can_split))
@@ -531,7 +594,7 @@ def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
     )
     if config.record_trees:
         out["tree"] = Tree(t.is_split, t.feature.astype(config.trace_dtypes[0]), t.cut.astype(config.trace_dtypes[1]))
-        out["leaf_values"] = state.leaf_values
+        out["leaf_values"] = state.leaf_values.astype(config.leaf_dtype)
     return out
 
 
@@ -619,4 +682,4 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
         sigma2 = data.sigma2_init
     state = BARTState(trees, values, jnp.zeros_like(data.y), jnp.asarray(sigma2, jnp.float32), jnp.int32(0),
                       _can_split(trees, data))
-    return state._replace(fit=_tree_fits(state).sum(0))
+    return state._replace(fit=_fit_from_trees(state))

@@ -15,7 +15,7 @@ __all__ = ["make_tree_data"]
 
 
 def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None,
-                   grid: SplitGrid | None = None) -> TreeData:
+                   grid: SplitGrid | None = None, row_orders: bool = True) -> TreeData:
     """Assemble :class:`~bdtree_jax.data.TreeData`.
 
     Parameters
@@ -27,6 +27,9 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     box_side : (K, F, C) int8 box constraints (:func:`bdtree_jax.priors.box_sides`), or None.
     grid : the :class:`~bdtree_jax.data.SplitGrid` of ``bins``; needed for
         ``prior.split_prior == "range"`` (the cut widths).
+    row_orders : build ``sorted_bins`` and ``sorted_index`` (two (F, n) int32 arrays and a sort of
+        every feature); False leaves them None, for samplers that never read them (BART with
+        ``valid_cuts="ancestors"`` or ``min_leaf_size = 1``), which saves their memory at large n.
     """
     point_stats = likelihood.point_stats(np.asarray(y))
 
@@ -36,13 +39,16 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         raise ValueError("make_tree_data: split_prior='range' needs the split grid (grid=) for the cut widths.")
     n_slots = grid.thresholds.shape[1] if grid is not None else max(1, int(bins.max(initial=0)))
     cumwidth = cut_cumwidth(split_prior, bins.shape[1], n_slots, None if grid is None else grid.widths)
-    order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
-    sorted_bins = np.take_along_axis(bins.T, order, axis=1)
+    sorted_bins = order = None
+    if row_orders:
+        order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
+        sorted_bins = jnp.asarray(np.take_along_axis(bins.T, order, axis=1))
+        order = jnp.asarray(order)
     return TreeData(
         jnp.asarray(bins),
         jnp.asarray(point_stats, jnp.float32),
-        jnp.asarray(sorted_bins),
-        jnp.asarray(order),
+        sorted_bins,
+        order,
         _split_prob(prior),
         likelihood.prepare(bins.shape[0]),
         jnp.asarray(cumwidth),

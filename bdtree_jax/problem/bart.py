@@ -27,7 +27,7 @@ from ..likelihoods import BARTLeafNormal
 from ..priors import TreePrior, make_tree_data
 
 __all__ = ["MAX_CUTS", "BARTData", "BARTProblem", "build_bart_probit_problem", "build_bart_problem",
-           "default_hyperparameters", "probit_offset"]
+           "default_hyperparameters", "feature_bins", "probit_offset"]
 
 MAX_CUTS = 255  # default candidate cuts per feature: bartz's grid (UniqueQuantileBinner, max_bins=256)
 
@@ -44,6 +44,9 @@ class BARTData(NamedTuple):
     y_scale : () original units per model unit (to report ``sigma`` and the RMSE in ``y``'s units).
     offset : () binary outcome: the latent mean is ``offset + sum of trees`` (default 0; unused
         for a continuous outcome, whose rescaling is host side).
+    feature_bins : (F, n) ``tree_data.bins`` transposed, in the narrowest unsigned type holding
+        the bin codes (uint8 up to 256 bins): a tree's rule reads one contiguous row of it in the
+        grow-prune sweep.  None: the sweep transposes ``bins`` itself.
     """
 
     tree_data: TreeData
@@ -53,6 +56,7 @@ class BARTData(NamedTuple):
     sigma2_init: Array
     y_scale: Array
     offset: Array = np.float32(0.0)
+    feature_bins: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +164,16 @@ def _binned(X: np.ndarray, target: np.ndarray, prior: TreePrior, likelihood: BAR
     (n,) fills the TreeData's point statistics (replaced in every tree update)."""
     grid = make_split_grid(X, max_cuts)
     bins = grid.bin(X)
-    return grid, bins, make_tree_data(bins, target, prior, likelihood, grid=grid)
+    # the rows sorted by each feature serve only valid_cuts="data" with min_leaf_size > 1
+    row_orders = prior.valid_cuts == "data" and prior.min_leaf_size > 1
+    return grid, bins, make_tree_data(bins, target, prior, likelihood, grid=grid, row_orders=row_orders)
+
+
+def feature_bins(bins: np.ndarray, n_codes: int) -> Array:
+    """(F, n) the bin codes ``bins`` (n, F) transposed, in the narrowest unsigned type that holds
+    ``n_codes`` codes (:attr:`BARTData.feature_bins`)."""
+    dtype = jnp.uint8 if n_codes <= 2**8 else jnp.uint16 if n_codes <= 2**16 else jnp.int32
+    return jnp.asarray(bins).T.astype(dtype)
 
 
 def _f32(v) -> Array:
@@ -192,7 +205,7 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
     likelihood = BARTLeafNormal(np.float32(hp["sigma_hat"] ** 2), np.float32(hp["tau2"]))
     grid, bins, tree_data = _binned(X, y_scaled, prior, likelihood, max_cuts)
     data = BARTData(tree_data, _f32(y_scaled), _f32(hp["nu"]), _f32(hp["lam"]), _f32(hp["sigma_hat"] ** 2),
-                    _f32(y_scale))
+                    _f32(y_scale), feature_bins=feature_bins(bins, tree_data.cut_cumwidth.shape[-1] - 1))
     return BARTProblem(data, grid, prior, bins, y, names, y_offset, y_scale, **hp)
 
 
@@ -225,6 +238,7 @@ def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: 
     tau = 3.0 / (k * np.sqrt(n_trees))
     likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau**2))
     grid, bins, tree_data = _binned(X, labels - offset, prior, likelihood, max_cuts)
-    data = BARTData(tree_data, _f32(labels), _f32(1.0), _f32(1.0), _f32(1.0), _f32(1.0), _f32(offset))
+    data = BARTData(tree_data, _f32(labels), _f32(1.0), _f32(1.0), _f32(1.0), _f32(1.0), _f32(offset),
+                    feature_bins(bins, tree_data.cut_cumwidth.shape[-1] - 1))
     return BARTProblem(data, grid, prior, bins, codes, names, offset, 1.0, float(tau**2), outcome="binary",
                        classes=classes)
