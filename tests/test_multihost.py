@@ -83,7 +83,7 @@ def test_two_processes_give_the_one_process_draws(tmp_path):
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
-        pytest.fail("a worker timed out after %d s:\n%s" % (TIMEOUT, _show([p.communicate()[0] for p in procs])))
+        pytest.fail(f"a worker timed out after {TIMEOUT} s:\n{_show([p.communicate()[0] for p in procs])}")
     finally:
         for p in procs:
             if p.poll() is None:
