@@ -289,6 +289,8 @@ NOTES = """## Reading the tables
   chains that take the subtree branch set apart (compaction), not a select.
 - bartz's step spends most of its bytes on the probit latent (`step_z`, one truncated-normal
   draw per row and chain); its tree moves (grow or prune only) are the part comparable to ours.
+- The sequential CPU path (`incremental=True`) is untouched: its step lowers to the same StableHLO
+  before (commit 9bf30d6) and after these changes (checked once, source locations stripped).
 - The programs' costs are counted by XLA on the CPU backend; a GPU program fuses differently,
   but bytes accessed per chain are the device-independent part of the comparison.
 """
