@@ -132,14 +132,14 @@ def plan_chains(num_chains: int, devices=None, chain_method: str | None = None, 
 #: The row axis of every field the driver shards over ``"data"`` when ``data_shards > 1``, by the
 #: field's name (a NamedTuple field, dataclass field or dict key anywhere in the data or state
 #: pytree): ``TreeData.bins (n, F)``, ``point_stats (n, S)``, ``sorted_bins``/``sorted_index``
-#: ``(F, n)``, ``bin_onehot (n, F, B)``; ``BARTData.y (n,)``; RJHMC's ``{"X": (n, F), "y": (n,)}``;
+#: ``(F, n)``, ``bin_onehot (n, F, B)``; ``BARTData.y (n,)`` and ``feature_bins (F, n)``; RJHMC's ``{"X": (n, F), "y": (n,)}``;
 #: the states' ``leaf_id (..., n)`` (CGM, BART's ``(M, n)``, tempered rungs...) and BART's
 #: ``fit (n,)``.  Negative axes count from the end (states carry leading chain, rung or tree
 #: axes).  A field is sharded only when that axis has the data's ``n`` rows; every other array
 #: (node statistics, trees, tables, keys) is replicated over ``"data"``.  A kernel that adds a
 #: row-indexed field adds its name here; an unlisted one is correct, only replicated.
 ROW_AXES = {"bins": 0, "point_stats": 0, "sorted_bins": 1, "sorted_index": 1, "bin_onehot": 0, "X": 0, "y": 0,
-            "leaf_id": -1, "fit": -1}
+            "feature_bins": 1, "leaf_id": -1, "fit": -1}
 
 
 def _field_name(path) -> str | None:
