@@ -494,22 +494,26 @@ def test_grow_prune_sweep_is_tree_by_tree_cgm(valid_cuts, min_leaf_size):
 
 def test_grow_prune_sweep_builds_no_per_tree_row_arrays():
     """The compiled sweep's temporary memory (XLA's own accounting, compile only) grows with the
-    rows as a few (n,) arrays, not as (trees, n) ones: at n = 20,000 rows and 50 trees it stays
-    under 64 bytes per row plus 256 per heap slot and tree, where one (M, n) int16 array alone
-    would be 2,000,000 bytes (the sweep before this design held several: 12 MB)."""
+    rows as a few (n,) arrays, one (COUNT_BATCH, n) batch of masks and the loop's copy of the kept
+    uint8 leaves (M n bytes), not as (trees, n) arrays built per sweep: at n = 20,000 rows and 200
+    trees it stays under M n + (32 + 4 COUNT_BATCH) n + 64 M N bytes and under 2 bytes per row and
+    tree (the sweep before this design built several (M, n) int16 arrays: 12 bytes per row and
+    tree)."""
     from bdtree_jax.problem.bart import build_bart_problem
 
     rng = np.random.default_rng(0)
-    n, M = 20_000, 50
+    n, M = 20_000, 200
     X, f = _friedman(n, rng)
     data = build_bart_problem(X, f, n_trees=M).data
     config = bart.BARTConfig(n_trees=M)
     state = bart.init(None, data, config)
     assert state.trees.leaf_id.dtype == np.uint8  # heap slots of depth 5 fit a byte
-    compiled = jax.jit(lambda k, s: bart.step(k, s, data, config)).lower(jax.random.key(0), state).compile()
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    # the state donated, as the driver's blocks do: the kept leaves are then updated in place
+    step = jax.jit(lambda k, s: bart.step(k, s, data, config), donate_argnums=1)
+    temp = step.lower(jax.random.key(0), state).compile().memory_analysis().temp_size_in_bytes
     N = 2 ** (config.max_depth + 1) - 1
-    assert temp <= 64 * n + 256 * M * N, (temp, 64 * n + 256 * M * N)
+    bound = M * n + (32 + 4 * bart.COUNT_BATCH) * n + 64 * M * N
+    assert temp <= bound and temp < 2 * M * n, (temp, bound)
 
 
 # ----------------------------------------------------------------------------------------------

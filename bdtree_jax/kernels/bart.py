@@ -104,7 +104,7 @@ from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
+    "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "COUNT_BATCH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
     "bart", "draw", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step", "step_with_draws",
     "trace",
 ]
@@ -120,6 +120,10 @@ FIT_REFRESH = 16
 #: Deepest tree BART pads (the rows' leaves are kept as heap slots: uint8 up to depth 7, else int16).
 MAX_DEPTH = 14
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
+#: Trees whose grow proposals' rows are counted together in the grow-prune sweep's vectorized
+#: pass (one pass over their rows; larger batches amortise XLA's per-operation cost on small n,
+#: smaller ones keep the batch's (batch, n) masks in cache at large n).
+COUNT_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -416,29 +420,28 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
                       config: BARTConfig):
     """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
 
-    Everything about a tree's proposal that depends on neither the residual nor the rows is
-    computed for all trees at once before the sweep (:func:`_grow_prune_prepare`, O(M N)): the
-    move, node and rule, the new children's bounds, prior and proposal terms
-    (:class:`~bdtree_jax.kernels.cgm.LocalProposal`).  The sequential ``lax.scan`` over the trees
-    carries the residual ``target - fit`` and makes the few passes over one tree's rows, each row's
-    data read once from memory and the rest in cache: the rows' leaves in the finer of the two
-    trees (the proposed one for a grow, the current one for a prune: from the tree's stored leaves
-    and its rule's feature row, never materialised for all trees), the new children's row counts
-    (and with ``valid_cuts="ancestors"`` the prior's truncation to leaves of ``min_leaf_size``
-    rows), one ``segment_sum`` of the residual over the leaves (plus the tree's own old values
-    times the counts: the partial residual's sums), the split gain from the two children's sums
-    and the leaf model's count terms with this sweep's ``sigma2``, the accept step, the new leaf
-    values, the rows' leaves after the step (written in place into the kept (M, n) array, read
-    back by the next tree to find its rows in this tree's finer tree) and one gather to update
-    the residual (deferred to the next tree: :func:`_grow_prune_sweep`'s body).  The accepted moves are then written into the trees' O(M N) arrays,
-    vectorized again.  This is the same Markov chain as proposing and accepting tree by tree:
-    tree ``m``'s proposal reads only tree ``m``, which no earlier update of the sweep touches.
-    Returns ``(total, leaf_values, changed, trees, can_split)``."""
+    Everything about a tree's proposal that does not depend on the residual is computed for all
+    trees at once before the sweep (:func:`_grow_prune_prepare`): the move, node and rule, the new
+    children's bounds, prior and proposal terms (:class:`~bdtree_jax.kernels.cgm.LocalProposal`),
+    the row counts of the finer of the two trees (the proposed one for a grow, the current one for
+    a prune; a grow's children counted in one pass over the rows, :data:`COUNT_BATCH` trees at a
+    time) and, with ``sigma2`` fixed during the sweep, the count-only parts of the split gain and
+    of the leaf posteriors.  The sequential ``lax.scan`` over the trees carries the residual
+    ``target - fit`` and the kept (M, n) rows' leaves, and makes a few passes over one tree's rows,
+    each reading a row's stored data once from memory: the rows' leaves in the finer tree (from the
+    tree's kept leaves and its rule's contiguous feature row; never materialised for all trees),
+    one ``segment_sum`` of the residual over them (plus the tree's own old values times the
+    counts: the partial residual's sums), the split gain from the two children's sums, the accept
+    step, the new leaf values, the rows' leaves after the step (written in place, read back by the
+    next tree to find the rows' leaves in this tree's finer tree) and one gather to update the
+    residual (deferred to the next tree, see the body).  The accepted moves are then written into
+    the trees' O(M N) arrays, vectorized again.  This is the same Markov chain as proposing and
+    accepting tree by tree: tree ``m``'s proposal reads only tree ``m``, which no earlier update
+    of the sweep touches (tested against the single-tree CGM kernel run tree by tree).  Returns
+    ``(total, leaf_values, changed, trees, can_split)``."""
     N = n_nodes(config.max_depth)
-    td = data.tree_data
-    xs, props = _grow_prune_prepare(state, data, uniforms, normals, config)
     bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
-    leaf_model = _leaf_model(data, sigma2)
+    xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
     slot = jnp.arange(N)
     node, splits = props.node, props.splits
     # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
@@ -454,7 +457,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
 
     def body(carry, xs):
         resid, leaf_ids, last_delta, last_coarse = carry
-        m, possible, other, lu, values, z, kept = xs
+        m, possible, other, lu, old, counts, factor, leaf_draw, a_gain, bb, node_factor, node_draw = xs
         # the previous tree's update of the residual, deferred to here so that its (N,) change is
         # a materialised loop value (XLA would otherwise fuse its computation, a reduction over the
         # scatter's lanes, into the gather and repeat it for every row); its rows' leaves in its
@@ -466,38 +469,23 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
 
         leaf = leaf_ids[m]
         left_child = 2 * node[m] + 1
-        is_kid = ((slot - left_child) >> 1) == 0
         # the finer tree's leaves: a grow sends the node's rows to its children by the rule
         fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)
-        # its row counts: the kept ones, a grow's new children counted
-        n_node = kept[node[m]]
-        grown_left = _count_equal(fine, left_child).astype(jnp.float32)
-        n_left = jnp.where(splits[m], grown_left, kept[jnp.minimum(left_child, N - 1)])
-        n_kids = jnp.stack([n_left, n_node - n_left])
-        counts = jnp.where(slot == left_child, n_kids[0], jnp.where(slot == left_child + 1, n_kids[1], kept))
-        if td.cut_count is not None:  # valid_cuts="ancestors": a grow leaving a child too small has prior 0
-            possible = possible & ~(splits[m] & jnp.any(n_kids < config.min_leaf_size))
-        # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
-        # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
-        # S * mean_factor(n), sd(n)
-        log_a, bb = leaf_model.marginal_terms(jnp.append(n_kids, n_node))
-        factor, sd = leaf_model.posterior_factors(counts)
-        node_factor, node_sd = leaf_model.posterior_factors(n_node)
-        old = jnp.where(is_kid & splits[m], values[node[m]], values)  # a grow's children hold the node's value
         sums = sum_by_lane(resid, node_lanes(fine, N), N) + counts * old  # the partial residual's
         kids = jax.lax.dynamic_slice(sums, (jnp.minimum(left_child, N - 2),), (2,))
         s_node = kids[0] + kids[1]
-        gain = log_a[0] + log_a[1] - log_a[2] + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
+        gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
         accepted = possible & (lu < mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other))
         coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
-        new = jnp.where(is_kid & coarse, s_node * node_factor + node_sd * z[node[m]], sums * factor + sd * z)
+        is_kid = ((slot - left_child) >> 1) == 0
+        new = jnp.where(is_kid & coarse, s_node * node_factor + node_draw, sums * factor + leaf_draw)
         # the rows' leaves after the step, written in place: the finer tree's, or its two
         # children's rows back in the node
         in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
         leaf_ids = jax.lax.dynamic_update_index_in_dim(
             leaf_ids, jnp.where(coarse & in_kids, node[m], fine).astype(leaf_ids.dtype), m, axis=0)
-        # one output row per tree: values, row counts of the finer tree, accepted
-        return (resid, leaf_ids, old - new, coarse), jnp.concatenate([new, counts, accepted[None].astype(new.dtype)])
+        # one output row per tree: values, accepted
+        return (resid, leaf_ids, old - new, coarse), jnp.append(new, accepted.astype(new.dtype))
 
     M = node.shape[0]
     start = (target - total, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
@@ -505,20 +493,9 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     last = M - 1
     last_fine = jnp.where(last_coarse & (leaf_id[last] == node[last]), kid_rows(last), leaf_id[last])
     resid = resid + last_delta[last_fine]
-    new, counts, changed = out[:, :N], out[:, N:2 * N], out[:, 2 * N] > 0
-    values, trees, can_split = _grow_prune_finish(state, props, new, counts, changed, leaf_id)
+    new, changed = out[:, :N], out[:, N] > 0
+    values, trees, can_split = _grow_prune_finish(state, props, new, xs[4], changed, leaf_id)
     return target - resid, values, changed, trees, can_split
-
-
-def _count_equal(a: Array, value) -> Array:
-    """() int32 ``sum(a == value)`` for a (n,) array, summed in uint8 over blocks of 255 rows and
-    then in int32: XLA fuses the comparison into that reduction, where an int32 or float sum
-    over all rows first writes an (n,) int32 or float array (4 bytes a row; this reads 1)."""
-    n = a.shape[0]
-    block = 255
-    k = n // block
-    head = jnp.sum((a[: k * block] == value).reshape(k, block).astype(jnp.uint8), axis=1, dtype=jnp.uint8)
-    return jnp.sum(head, dtype=jnp.int32) + jnp.sum(a[k * block:] == value, dtype=jnp.int32)
 
 
 def _bins_by_feature(data: BARTData) -> Array:
@@ -529,21 +506,73 @@ def _bins_by_feature(data: BARTData) -> Array:
     return feature_bins(data.tree_data.bins, data.tree_data.cut_cumwidth.shape[-1] - 1)  # C + 1 bin codes
 
 
-def _grow_prune_prepare(state: BARTState, data: BARTData, uniforms, normals, config: BARTConfig):
-    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal (without counting
-    rows under ``valid_cuts="ancestors"``; ``"data"`` reads the node's rows for the children's
-    bounds).  Returns the scan's per-tree inputs and the proposals."""
+def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms, normals, config: BARTConfig):
+    """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal, the row counts of
+    its finer tree (a grow's new left child counted in one pass over the rows of all trees, in
+    uint8 blocks: :func:`_count_true`) and the residual-free terms of its sequential update, with
+    ``sigma2`` fixed during the sweep: the count-only parts of the split gain and of the leaf
+    posteriors (mean factor ``1 / (sigma2 precision)``, draw ``sd z``), and under
+    ``valid_cuts="ancestors"`` the prior's truncation to leaves of ``min_leaf_size`` rows.
+    Returns the scan's per-tree inputs and the proposals."""
+    N = n_nodes(config.max_depth)
     trees = state.trees
     td = data.tree_data
-    count_rows = td.cut_count is None
 
-    def one(u, t, c):
-        return cgm.propose(u, t, td, config.cgm, c, count_rows=count_rows)
+    def one(u, t, c):  # the rows are counted below, once for all trees
+        return cgm.propose(u, t, td, config.cgm, c, count_rows=False)
 
     props = jax.vmap(one)(uniforms, trees, state.can_split)
+    node, splits = props.node, props.splits
+    left_child = 2 * node + 1
+    slot = jnp.arange(N)
+    is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
+    kept = trees.stats[:, :, 0]
+    # rows per node of the finer tree: the kept counts with its two children: a grow's new ones
+    # (its node's rows that its rule sends left), a prune's current ones
+    def count_left(tree):  # a grow's left rows: the node's rows its rule sends left
+        leaf, node, feature, cut = tree
+        x = jax.lax.dynamic_index_in_dim(bins, feature, axis=0, keepdims=False)
+        return _count_true((leaf == node) & (x <= cut))
+
+    # COUNT_BATCH trees at a time: their (COUNT_BATCH, n) masks stay in cache
+    grown_left = jax.lax.map(count_left, (trees.leaf_id, node, props.feature, props.cut),
+                             batch_size=min(COUNT_BATCH, node.shape[0])).astype(jnp.float32)
+    n_left = jnp.where(splits, grown_left, jnp.take_along_axis(kept, left_child[:, None], axis=1)[:, 0])
+    n_node = jnp.take_along_axis(kept, node[:, None], axis=1)[:, 0]
+    n_kids = jnp.stack([n_left, n_node - n_left], axis=1)  # (M, 2)
+    counts = jnp.where(slot == left_child[:, None], n_kids[:, :1], jnp.where(is_kid, n_kids[:, 1:], kept))
+    possible = props.possible
+    if td.cut_count is not None:  # valid_cuts="ancestors": a grow leaving a child too small has prior 0
+        possible = possible & ~(splits & jnp.any(n_kids < config.min_leaf_size, axis=1))
+    values = state.leaf_values
+    node_value = jnp.take_along_axis(values, node[:, None], axis=1)
+    old_fine = jnp.where(is_kid & splits[:, None], node_value, values)  # a grow's children hold the node's value
+    # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
+    # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
+    # S * mean_factor(n), sd(n)
+    leaf_model = _leaf_model(data, sigma2)
+    n_all = jnp.concatenate([n_kids, n_node[:, None]], axis=1)  # (M, 3): left, right, node
+    log_a, b = leaf_model.marginal_terms(n_all)
+    mean_factor, sd = leaf_model.posterior_factors(counts)
+    node_factor, node_sd = leaf_model.posterior_factors(n_node)
+    node_draw = node_sd * jnp.take_along_axis(normals, node[:, None], axis=1)[:, 0]
+    gain_counts = log_a[:, 0] + log_a[:, 1] - log_a[:, 2]
     rest = props.d_log_prior + props.log_q_ratio
-    xs = (props.possible, rest, jnp.log(uniforms[:, 4]), state.leaf_values, normals, trees.stats[:, :, 0])
+    xs = (possible, rest, jnp.log(uniforms[:, 4]), old_fine, counts, mean_factor, sd * normals, gain_counts, b,
+          node_factor, node_draw)
     return xs, props
+
+
+def _count_true(mask: Array) -> Array:
+    """(...,) int32 ``mask.sum(-1)`` of a (..., n) bool array, summed in uint8 over blocks of 255
+    rows and then in int32: XLA fuses the mask's computation into that reduction, where a wider
+    sum over all rows first writes the mask widened to 4 bytes a row."""
+    n = mask.shape[-1]
+    block = 255
+    k = n // block
+    head = mask[..., : k * block].reshape(mask.shape[:-1] + (k, block)).astype(jnp.uint8)
+    head = jnp.sum(head, axis=-1, dtype=jnp.uint8)
+    return jnp.sum(head, axis=-1, dtype=jnp.int32) + jnp.sum(mask[..., k * block:], axis=-1, dtype=jnp.int32)
 
 
 def _grow_prune_finish(state: BARTState, props, new, counts, changed, leaf_id):
