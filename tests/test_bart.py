@@ -516,6 +516,24 @@ def test_grow_prune_sweep_builds_no_per_tree_row_arrays():
     assert temp <= bound and temp < 2 * M * n, (temp, bound)
 
 
+def test_leaf_dtype_rounds_only_the_record():
+    """``leaf_dtype="bfloat16"``: the same chain (the sampler works in float32: same trees and
+    sigma draws), the kept leaf values are the float32 run's rounded to bfloat16 (2 bytes each),
+    and predictions agree to bfloat16 rounding."""
+    rng = np.random.default_rng(2)
+    X, f = _friedman(200, rng)
+    y = f + rng.normal(size=200)
+    kw = dict(n_trees=10, num_warmup=20, num_samples=30, num_chains=1, seed=4, progress=False)
+    full = bd.BARTRegressor(**kw).fit(X, y)
+    half = bd.BARTRegressor(leaf_dtype="bfloat16", **kw).fit(X, y)
+    assert half.posterior_.leaf_values.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(half.posterior_.trees.is_split, full.posterior_.trees.is_split)
+    np.testing.assert_array_equal(half.posterior_.sigma, full.posterior_.sigma)
+    np.testing.assert_array_equal(np.asarray(half.posterior_.leaf_values),
+                                  np.asarray(full.posterior_.leaf_values.astype(jnp.bfloat16)))
+    np.testing.assert_allclose(half.predict(X), full.predict(X), rtol=0.02, atol=0.05)
+
+
 # ----------------------------------------------------------------------------------------------
 # (d) end to end
 
@@ -683,6 +701,7 @@ def test_classifier_end_to_end():
         (dict(max_cuts=2.5), None, "max_cuts must be a positive integer or None"),
         (dict(num_particles=0), None, "num_particles must be an integer >= 1"),
         (dict(seed="a"), None, "seed must be an integer"),
+        (dict(leaf_dtype="int8"), None, "leaf_dtype must be one of"),
         ({}, "const_y", "y is constant"),
         ({}, "nan_y", "y contains NaN"),
         ({}, "short_y", "X has 8 rows but y has 7"),
