@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pickle
 import sys
 from typing import Any, NamedTuple
 
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
+from ._checkpoint import _from_host, _host, _read_checkpoint, _to_host, _write_checkpoint
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
@@ -554,16 +554,6 @@ def _put(tree, shardings):
     return jax.tree.map(put, tree, shardings, is_leaf=_is_key)
 
 
-def _host(x) -> np.ndarray:
-    """A device array as one numpy array on this process (gathered from every process when it
-    spans several, ``jax.distributed``)."""
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
-
-
 def run_independent(
     run_one,
     data,
@@ -682,53 +672,3 @@ def _progress_bar(progress: bool | None, total: int, initial: int, description: 
     if progress is None:
         progress = sys.stderr.isatty()
     return tqdm(total=total, initial=initial, disable=not progress, desc=description, leave=False)
-
-
-def _to_host(tree):
-    """A pytree as picklable numpy (typed PRNG keys, e.g. NUTS's, as their raw key data)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    out = []
-    for leaf in leaves:
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            out.append(("prng_key", str(jax.random.key_impl(leaf)), _host(jax.random.key_data(leaf))))
-        else:
-            out.append(_host(leaf))
-    return treedef, out
-
-
-def _from_host(saved, asarray=jnp.asarray):
-    """The inverse of :func:`_to_host`; other leaves go through ``asarray`` (``np.asarray`` keeps
-    them on the host with their dtype)."""
-    treedef, leaves = saved
-    restored = [
-        jax.random.wrap_key_data(jnp.asarray(x[2]), impl=x[1]) if isinstance(x, tuple) else asarray(x)
-        for x in leaves
-    ]
-    return jax.tree.unflatten(treedef, restored)
-
-
-def _read_checkpoint(path, ident) -> dict | None:
-    """The checkpoint at ``path`` if it exists and belongs to the run ``ident``, else None."""
-    if path is None or not os.path.exists(path):
-        return None
-    with open(path, "rb") as fh:
-        saved = pickle.load(fh)
-    return saved if saved.get("ident") == ident else None
-
-
-def _write_checkpoint(path, ident, start, chunks, states) -> None:
-    """The one writer of checkpoints: ``start`` units done (iterations of :func:`run_chains`,
-    chains of :func:`run_independent`), their results ``chunks`` and the states to go on from.
-    With several processes (``jax.distributed``) every process gathers the states and process 0
-    writes the file."""
-    states = _to_host(states)
-    if jax.process_index() != 0:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(
-            dict(ident=ident, start=start, chunks=chunks, states=states),
-            fh,
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
-    os.replace(tmp, path)

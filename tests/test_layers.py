@@ -38,7 +38,7 @@ LAYERS = {
               "bdtree_jax.pcfg", "bdtree_jax.soft_models"),
     "kernels": ("bdtree_jax.kernels",),
     "numpyro": ("bdtree_jax.numpyro",),
-    "driver": ("bdtree_jax.driver",),
+    "driver": ("bdtree_jax.driver", "bdtree_jax._checkpoint"),
     "posterior": ("bdtree_jax.posterior", "bdtree_jax._arviz", "bdtree_jax.diagnostics"),
     "face": ("bdtree_jax.methods", "bdtree_jax.api", "bdtree_jax.estimators", "bdtree_jax.cli",
              "bdtree_jax"),

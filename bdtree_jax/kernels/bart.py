@@ -32,15 +32,9 @@ One iteration (a *sweep*) is Bayesian backfitting, the trees updated in a fixed 
 and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
 ``IG((nu + n)/2, (nu lam + sum (y - fit)**2)/2)``.
 
-``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): everything about a
-tree's proposal that reads neither the residual nor the rows (move, node, rule, new bounds, prior
-and proposal terms) is computed for all trees at once, vectorized, and a lean sequential
-``lax.scan`` makes a few passes over each tree's rows in turn (its finer tree's leaves, the new
-children's counts, one scatter of the residual into the leaves, one gather to update it), each
-reading a row's stored data once from memory: no (M, n) array is built per sweep beyond the
-rows' leaves it keeps (uint8 heap slots up to ``max_depth`` 7).  Tree ``m``'s proposal reads only
-tree ``m``, which no earlier update of the sweep touches, so this is the same chain as proposing
-tree by tree (tested).
+``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): the proposals of all
+trees vectorized, then a lean sequential ``lax.scan`` making a few passes over each tree's rows;
+no (M, n) array is built per sweep beyond the rows' leaves it keeps (uint8 up to depth 7).
 ``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the unchanged single-tree kernels
 on a :class:`~bdtree_jax.kernels._moves.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
 ``point_stats`` and ``likelihood`` are swapped in.  Every shape is fixed (``M`` trees of
@@ -120,9 +114,8 @@ FIT_REFRESH = 16
 #: Deepest tree BART pads (the rows' leaves are kept as heap slots: uint8 up to depth 7, else int16).
 MAX_DEPTH = 14
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
-#: Trees whose grow proposals' rows are counted together in the grow-prune sweep's vectorized
-#: pass (one pass over their rows; larger batches amortise XLA's per-operation cost on small n,
-#: smaller ones keep the batch's (batch, n) masks in cache at large n).
+#: Trees whose grow proposals' rows the grow-prune sweep counts together (larger batches amortise
+#: XLA's per-operation cost at small n, smaller ones keep the (batch, n) masks in cache).
 COUNT_BATCH = 16
 
 
@@ -420,25 +413,19 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
                       config: BARTConfig):
     """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
 
-    Everything about a tree's proposal that does not depend on the residual is computed for all
-    trees at once before the sweep (:func:`_grow_prune_prepare`): the move, node and rule, the new
-    children's bounds, prior and proposal terms (:class:`~bdtree_jax.kernels.cgm.LocalProposal`),
-    the row counts of the finer of the two trees (the proposed one for a grow, the current one for
-    a prune; a grow's children counted in one pass over the rows, :data:`COUNT_BATCH` trees at a
-    time) and, with ``sigma2`` fixed during the sweep, the count-only parts of the split gain and
-    of the leaf posteriors.  The sequential ``lax.scan`` over the trees carries the residual
-    ``target - fit`` and the kept (M, n) rows' leaves, and makes a few passes over one tree's rows,
-    each reading a row's stored data once from memory: the rows' leaves in the finer tree (from the
-    tree's kept leaves and its rule's contiguous feature row; never materialised for all trees),
-    one ``segment_sum`` of the residual over them (plus the tree's own old values times the
-    counts: the partial residual's sums), the split gain from the two children's sums, the accept
-    step, the new leaf values, the rows' leaves after the step (written in place, read back by the
-    next tree to find the rows' leaves in this tree's finer tree) and one gather to update the
-    residual (deferred to the next tree, see the body).  The accepted moves are then written into
-    the trees' O(M N) arrays, vectorized again.  This is the same Markov chain as proposing and
-    accepting tree by tree: tree ``m``'s proposal reads only tree ``m``, which no earlier update
-    of the sweep touches (tested against the single-tree CGM kernel run tree by tree).  Returns
-    ``(total, leaf_values, changed, trees, can_split)``."""
+    Vectorized (:func:`_grow_prune_prepare`): every tree's proposal (:class:`~bdtree_jax.kernels.
+    cgm.LocalProposal`), the row counts of its finer tree (the proposed one for a grow, the
+    current one for a prune) and, ``sigma2`` being fixed during the sweep, the count-only parts of
+    the split gain and of the leaf posteriors.  Sequential (a ``lax.scan`` carrying the residual
+    ``target - fit`` and the kept (M, n) rows' leaves), per tree, each row's stored data read once:
+    the rows' leaves in the finer tree (from the kept leaves and the rule's contiguous feature
+    row), one ``segment_sum`` of the residual over them (plus the old values times the counts: the
+    partial residual's sums), the split gain, the accept step, the new leaf values, the rows'
+    leaves after the step (written in place) and the residual's update (deferred to the next
+    tree, see the body).  The accepted moves are then written into the trees' O(M N) arrays.  The
+    same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads only
+    tree ``m``, which no earlier update of the sweep touches (tested against the single-tree CGM
+    kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``."""
     N = n_nodes(config.max_depth)
     bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
@@ -564,9 +551,8 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
 
 
 def _count_true(mask: Array) -> Array:
-    """(...,) int32 ``mask.sum(-1)`` of a (..., n) bool array, summed in uint8 over blocks of 255
-    rows and then in int32: XLA fuses the mask's computation into that reduction, where a wider
-    sum over all rows first writes the mask widened to 4 bytes a row."""
+    """(...,) int32 ``mask.sum(-1)`` of a (..., n) bool array, in uint8 over blocks of 255 rows,
+    then int32 (a wider sum over all rows first writes the mask widened to 4 bytes a row)."""
     n = mask.shape[-1]
     block = 255
     k = n // block
