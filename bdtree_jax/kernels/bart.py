@@ -429,6 +429,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     N = n_nodes(config.max_depth)
     bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
+    counts = xs[4]  # (M, N) the finer trees' row counts
     slot = jnp.arange(N)
     node, splits = props.node, props.splits
     # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
@@ -442,6 +443,10 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
         x = jax.lax.dynamic_index_in_dim(bins, rule_feature[m], axis=0, keepdims=False)
         return 2 * node[m] + 1 + (x > rule_cut[m])
 
+    def fine_after(m, leaf, coarse):
+        """(n,) tree m's rows' leaves in its finer tree from ``leaf``, those after its step."""
+        return jnp.where(coarse & (leaf == node[m]), kid_rows(m), leaf)
+
     def body(carry, xs):
         resid, leaf_ids, last_delta, last_coarse = carry
         m, possible, other, lu, old, counts, factor, leaf_draw, a_gain, bb, node_factor, node_draw = xs
@@ -450,9 +455,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
         # scatter's lanes, into the gather and repeat it for every row); its rows' leaves in its
         # finer tree are recovered from its leaves after the step: a coarse tree's node rows by its rule
         prev = jnp.maximum(m - 1, 0)
-        prev_leaf = leaf_ids[prev]
-        prev_fine = jnp.where(last_coarse & (prev_leaf == node[prev]), kid_rows(prev), prev_leaf)
-        resid = resid + last_delta[prev_fine]
+        resid = resid + last_delta[fine_after(prev, leaf_ids[prev], last_coarse)]
 
         leaf = leaf_ids[m]
         left_child = 2 * node[m] + 1
@@ -477,11 +480,9 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     M = node.shape[0]
     start = (target - total, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
     (resid, leaf_id, last_delta, last_coarse), out = jax.lax.scan(body, start, (jnp.arange(M),) + xs)
-    last = M - 1
-    last_fine = jnp.where(last_coarse & (leaf_id[last] == node[last]), kid_rows(last), leaf_id[last])
-    resid = resid + last_delta[last_fine]
+    resid = resid + last_delta[fine_after(M - 1, leaf_id[M - 1], last_coarse)]
     new, changed = out[:, :N], out[:, N] > 0
-    values, trees, can_split = _grow_prune_finish(state, props, new, xs[4], changed, leaf_id)
+    values, trees, can_split = _grow_prune_finish(state, props, new, counts, changed, leaf_id)
     return target - resid, values, changed, trees, can_split
 
 
@@ -490,7 +491,7 @@ def _bins_by_feature(data: BARTData) -> Array:
     (a BARTData built by hand)."""
     if data.feature_bins is not None:
         return data.feature_bins
-    return feature_bins(data.tree_data.bins, data.tree_data.cut_cumwidth.shape[-1] - 1)  # C + 1 bin codes
+    return feature_bins(data.tree_data)
 
 
 def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms, normals, config: BARTConfig):
@@ -551,8 +552,7 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
 
 
 def _count_true(mask: Array) -> Array:
-    """(...,) int32 ``mask.sum(-1)`` of a (..., n) bool array, in uint8 over blocks of 255 rows,
-    then int32 (a wider sum over all rows first writes the mask widened to 4 bytes a row)."""
+    """(...,) int32 ``mask.sum(-1)``, in uint8 over blocks of 255 rows (not widened to 4 bytes a row)."""
     n = mask.shape[-1]
     block = 255
     k = n // block

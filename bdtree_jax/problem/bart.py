@@ -169,11 +169,12 @@ def _binned(X: np.ndarray, target: np.ndarray, prior: TreePrior, likelihood: BAR
     return grid, bins, make_tree_data(bins, target, prior, likelihood, grid=grid, row_orders=row_orders)
 
 
-def feature_bins(bins: np.ndarray, n_codes: int) -> Array:
-    """(F, n) the bin codes ``bins`` (n, F) transposed, in the narrowest unsigned type that holds
-    ``n_codes`` codes (:attr:`BARTData.feature_bins`)."""
+def feature_bins(tree_data: TreeData) -> Array:
+    """(F, n) ``tree_data.bins`` transposed, in the narrowest unsigned type that holds its bin
+    codes (``C + 1`` of them, ``C`` the cut slots of ``cut_cumwidth``; :attr:`BARTData.feature_bins`)."""
+    n_codes = tree_data.cut_cumwidth.shape[-1] - 1
     dtype = jnp.uint8 if n_codes <= 2**8 else jnp.uint16 if n_codes <= 2**16 else jnp.int32
-    return jnp.asarray(bins).T.astype(dtype)
+    return jnp.asarray(tree_data.bins).T.astype(dtype)
 
 
 def _f32(v) -> Array:
@@ -205,7 +206,7 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
     likelihood = BARTLeafNormal(np.float32(hp["sigma_hat"] ** 2), np.float32(hp["tau2"]))
     grid, bins, tree_data = _binned(X, y_scaled, prior, likelihood, max_cuts)
     data = BARTData(tree_data, _f32(y_scaled), _f32(hp["nu"]), _f32(hp["lam"]), _f32(hp["sigma_hat"] ** 2),
-                    _f32(y_scale), feature_bins=feature_bins(bins, tree_data.cut_cumwidth.shape[-1] - 1))
+                    _f32(y_scale), feature_bins=feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, y, names, y_offset, y_scale, **hp)
 
 
@@ -239,6 +240,6 @@ def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: 
     likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau**2))
     grid, bins, tree_data = _binned(X, labels - offset, prior, likelihood, max_cuts)
     data = BARTData(tree_data, _f32(labels), _f32(1.0), _f32(1.0), _f32(1.0), _f32(1.0), _f32(offset),
-                    feature_bins(bins, tree_data.cut_cumwidth.shape[-1] - 1))
+                    feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, codes, names, offset, 1.0, float(tau**2), outcome="binary",
                        classes=classes)
