@@ -12,8 +12,13 @@ thresholds (midpoints between consecutive distinct training values; see :mod:`bd
 With inputs coded as bins (``bin = #thresholds strictly below x``), ``x_f <= threshold[f, c]`` is
 exactly ``bin_f <= c``, so the same integer comparison serves training and prediction.
 
-Unused slots are canonical: ``is_split=False``, ``feature=0``, ``cut=0``.  Every function here
-works on a single tree; ``vmap`` it over chains or draws.
+Categorical features and missing values (docs/categorical-missing.md) add two optional fields:
+``levels_left`` (the levels a categorical rule sends left, a bit mask) and ``nan_left`` (where a
+missing value goes).  Trees of data without them carry ``None`` there, and every function below
+then does exactly what it did before these fields existed.
+
+Unused slots are canonical: ``is_split=False``, ``feature=0``, ``cut=0`` (and no level bits,
+``nan_left=False``).  Every function here works on a single tree; ``vmap`` it over chains or draws.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from ._types import Array
 
 __all__ = [
     "Tree",
+    "MixedTree",
+    "make_tree",
     "distinct_trees",
     "over_draws",
     "empty_tree",
@@ -42,6 +49,12 @@ __all__ = [
     "change",
     "swap",
     "leaf_index",
+    "Rule",
+    "rule_at",
+    "set_rule",
+    "goes_left",
+    "level_words",
+    "MISSING_CODE",
     "n_leaves",
     "tree_depth",
     "to_string",
@@ -62,11 +75,51 @@ class Tree(NamedTuple):
         Split feature of splitting nodes, 0 elsewhere.
     cut : (N,) int32
         Index of the split threshold among the feature's candidates, 0 elsewhere.
+
+    ``nan_left`` and ``levels_left`` are None: trees with those fields are :class:`MixedTree`.
     """
 
     is_split: Array
     feature: Array
     cut: Array
+
+    @property
+    def nan_left(self) -> None:
+        return None
+
+    @property
+    def levels_left(self) -> None:
+        return None
+
+
+class MixedTree(NamedTuple):
+    """A padded heap tree over data with categorical features or missing values
+    (docs/categorical-missing.md): :class:`Tree`'s fields and two more.
+
+    Attributes
+    ----------
+    is_split, feature : as :class:`Tree`.
+    cut : (N,) int32 as :class:`Tree` at rules on ordered features, 0 at rules on categorical ones.
+    nan_left : (N,) bool or None
+        Whether a row whose value of the node's feature is missing goes left (None when the model
+        has no missing-value bits).
+    levels_left : (N, W) uint32 or None
+        At a rule on a categorical feature, the levels that go left (bit ``l % 32`` of word
+        ``l // 32``; never empty); 0 elsewhere.  None when no feature is categorical.
+    """
+
+    is_split: Array
+    feature: Array
+    cut: Array
+    nan_left: Array | None = None
+    levels_left: Array | None = None
+
+
+def make_tree(is_split, feature, cut, nan_left=None, levels_left=None):
+    """A :class:`Tree`, or a :class:`MixedTree` when ``nan_left`` or ``levels_left`` is given."""
+    if nan_left is None and levels_left is None:
+        return Tree(is_split, feature, cut)
+    return MixedTree(is_split, feature, cut, nan_left, levels_left)
 
 
 def n_nodes(max_depth: int) -> int:
@@ -84,10 +137,73 @@ def node_depths(max_depth: int) -> np.ndarray:
     return np.floor(np.log2(np.arange(n_nodes(max_depth)) + 1)).astype(np.int32)
 
 
-def empty_tree(max_depth: int) -> Tree:
-    """The stump (root is a leaf) of size ``n_nodes(max_depth)``."""
+def empty_tree(max_depth: int, nan_bits: bool = False, level_words: int = 0) -> Tree:
+    """The stump (root is a leaf) of size ``n_nodes(max_depth)``; ``nan_bits``: with a
+    ``nan_left`` field, ``level_words`` > 0: with a ``levels_left`` field of that many words."""
     n = n_nodes(max_depth)
-    return Tree(jnp.zeros(n, bool), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
+    return make_tree(jnp.zeros(n, bool), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32),
+                     jnp.zeros(n, bool) if nan_bits else None,
+                     jnp.zeros((n, level_words), jnp.uint32) if level_words else None)
+
+
+#: The code of a missing value (and of a level not seen in training) among the int32 codes of the
+#: inputs: larger than any bin or level, so ``code <= cut`` sends it right unless ``nan_left``.
+MISSING_CODE = 2**31 - 1
+
+
+def level_words(level_count) -> int:
+    """Words of a ``levels_left`` mask for categorical features of at most ``max(level_count)``
+    levels (0: no categorical feature)."""
+    top = int(np.max(np.asarray(level_count), initial=0)) if level_count is not None else 0
+    return -(-top // 32)
+
+
+class Rule(NamedTuple):
+    """A node's split rule: ``feature``, ``cut`` () int32, and the optional ``nan_left`` () bool and
+    ``levels_left`` (W,) uint32 (None when the tree has no such field)."""
+
+    feature: Array
+    cut: Array
+    nan_left: Array | None = None
+    levels_left: Array | None = None
+
+
+def rule_at(tree: Tree, node: Array) -> Rule:
+    """The rule stored at ``node``."""
+    return Rule(*(None if a is None else a[node] for a in tree[1:]))
+
+
+def set_rule(tree: Tree, node: Array, rule: Rule | None, split: Array | bool = True) -> Tree:
+    """``tree`` with ``node``'s split flag set to ``split`` and its rule to ``rule`` (canonical
+    zeros where ``split`` is false or ``rule`` is None)."""
+    split = jnp.asarray(split)
+
+    def put(a, v):
+        if a is None:
+            return None
+        v = jnp.zeros(a.shape[1:], a.dtype) if v is None else jnp.asarray(v).astype(a.dtype)
+        return a.at[node].set(jnp.where(split, v, jnp.zeros_like(v)))
+
+    fields = (None, None, None, None) if rule is None else tuple(rule)
+    return make_tree(tree.is_split.at[node].set(split), *(put(a, v) for a, v in zip(tree[1:], fields)))
+
+
+def goes_left(code: Array, rule: Rule) -> Array:
+    """Whether rows with ``code`` (any shape: their codes of the rule's feature) go left under
+    ``rule`` (broadcasting): the level's bit for a rule on a categorical feature (whose left set
+    is never empty; an ordered feature's rule has no level bits), else ``code <= cut``; and
+    ``nan_left`` for a missing value (:data:`MISSING_CODE`)."""
+    left = code <= rule.cut
+    if rule.levels_left is not None:
+        words = rule.levels_left.shape[-1]
+        word = jnp.clip(code >> 5, 0, words - 1).astype(jnp.int32)
+        bits = jnp.take_along_axis(rule.levels_left, word[..., None], axis=-1)[..., 0] if rule.levels_left.ndim > 1 \
+            else rule.levels_left[word]
+        in_set = ((bits >> (code & 31).astype(jnp.uint32)) & 1) == 1
+        left = jnp.where(jnp.any(rule.levels_left != 0, axis=-1), in_set, left)
+    if rule.nan_left is not None:
+        left = jnp.where(code == MISSING_CODE, rule.nan_left, left)
+    return left
 
 
 def active_nodes(tree: Tree) -> Array:
@@ -130,8 +246,11 @@ def nog_nodes(tree: Tree) -> Array:
     return tree.is_split & ~left & ~right
 
 
-def grow(tree: Tree, node: Array, feature: Array, cut: Array) -> Tree:
-    """Split leaf ``node`` on ``(feature, cut)``; the caller guarantees ``node`` is a growable leaf."""
+def grow(tree: Tree, node: Array, feature: Array, cut: Array, rule: Rule | None = None) -> Tree:
+    """Split leaf ``node`` on ``(feature, cut)`` (or the full ``rule``); the caller guarantees
+    ``node`` is a growable leaf."""
+    if rule is not None or tree.nan_left is not None or tree.levels_left is not None:
+        return set_rule(tree, node, rule if rule is not None else Rule(feature, cut))
     return Tree(
         tree.is_split.at[node].set(True),
         tree.feature.at[node].set(feature),
@@ -141,6 +260,8 @@ def grow(tree: Tree, node: Array, feature: Array, cut: Array) -> Tree:
 
 def prune(tree: Tree, node: Array) -> Tree:
     """Turn nog ``node`` into a leaf (its two leaf children disappear)."""
+    if tree.nan_left is not None or tree.levels_left is not None:
+        return set_rule(tree, node, None, False)
     return Tree(
         tree.is_split.at[node].set(False),
         tree.feature.at[node].set(0),
@@ -148,8 +269,10 @@ def prune(tree: Tree, node: Array) -> Tree:
     )
 
 
-def change(tree: Tree, node: Array, feature: Array, cut: Array) -> Tree:
-    """Replace the rule of splitting ``node``."""
+def change(tree: Tree, node: Array, feature: Array, cut: Array, rule: Rule | None = None) -> Tree:
+    """Replace the rule of splitting ``node`` by ``(feature, cut)`` (or the full ``rule``)."""
+    if rule is not None or tree.nan_left is not None or tree.levels_left is not None:
+        return set_rule(tree, node, rule if rule is not None else Rule(feature, cut), tree.is_split[node])
     return Tree(tree.is_split, tree.feature.at[node].set(feature), tree.cut.at[node].set(cut))
 
 
@@ -161,6 +284,8 @@ def swap(tree: Tree, child: Array) -> Tree:
     """
     parent = (child - 1) // 2
     sibling = jnp.where(child % 2 == 1, child + 1, child - 1)
+    if tree.nan_left is not None or tree.levels_left is not None:
+        return _swap_rules(tree, parent, child, sibling)
     same = (
         tree.is_split[sibling]
         & (tree.feature[sibling] == tree.feature[child])
@@ -173,6 +298,22 @@ def swap(tree: Tree, child: Array) -> Tree:
     feature = feature.at[sibling].set(jnp.where(same, pf, feature[sibling]))
     cut = cut.at[sibling].set(jnp.where(same, pc, cut[sibling]))
     return Tree(tree.is_split, feature, cut)
+
+
+def _swap_rules(tree: Tree, parent: Array, child: Array, sibling: Array) -> Tree:
+    """:func:`swap` for trees with missing-value bits or level masks (every rule field)."""
+    same = tree.is_split[sibling]
+    for a in tree[1:]:
+        if a is not None:
+            same = same & jnp.all(jnp.atleast_1d(a[sibling] == a[child]))
+
+    def swapped(a):
+        if a is None:
+            return None
+        out = a.at[parent].set(a[child]).at[child].set(a[parent])
+        return out.at[sibling].set(jnp.where(same, a[parent], out[sibling]))
+
+    return make_tree(tree.is_split, *(swapped(a) for a in tree[1:]))
 
 
 def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None, start: Array | None = None) -> Array:
@@ -199,7 +340,13 @@ def leaf_index(tree: Tree, bins: Array, max_cut: int | None = None, start: Array
     row_offset = jnp.arange(n, dtype=jnp.int32) * n_features
     node = jnp.zeros(n, jnp.int32) if start is None else start.astype(jnp.int32)
     shift = None if max_cut is None else max(int(max_cut), 1).bit_length()
-    if shift is not None and n_features << shift < 2**31:
+    if tree.nan_left is not None or tree.levels_left is not None:
+
+        def descend(node):
+            rule = rule_at(tree, node)
+            left = goes_left(flat[row_offset + rule.feature], rule)
+            return jnp.where(tree.is_split[node], 2 * node + 1 + (~left).astype(jnp.int32), node)
+    elif shift is not None and n_features << shift < 2**31:
         code = jnp.where(tree.is_split, (tree.feature.astype(jnp.int32) << shift) + tree.cut, -1)  # -1: leaf
         mask = (1 << shift) - 1
 
@@ -270,7 +417,8 @@ def distinct_trees(trees: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     draw is; counts : (U,) draws per distinct tree.
     """
     rows = np.concatenate(
-        [np.ascontiguousarray(np.asarray(a)).reshape(np.shape(a)[0], -1).view(np.uint8) for a in trees], axis=1
+        [np.ascontiguousarray(np.asarray(a)).reshape(np.shape(a)[0], -1).view(np.uint8) for a in trees if a is not None],
+        axis=1
     )
     keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()  # one byte string per draw
     _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
@@ -291,7 +439,7 @@ def over_draws(program, trees, idx: np.ndarray, chunk: int = 256):
     return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
-def to_string(tree: Tree, thresholds: np.ndarray) -> str:
+def to_string(tree: Tree, thresholds: np.ndarray, levels: Sequence | None = None) -> str:
     """The tree in the library's canonical grammar.
 
     Leaf ``L``; split ``x{f}<={t}({left},{right})`` where the left child holds ``x_f <= t``.
@@ -300,6 +448,9 @@ def to_string(tree: Tree, thresholds: np.ndarray) -> str:
     ----------
     tree : Tree of numpy or jax arrays, one tree.
     thresholds : (F, C) float array, ``thresholds[f, c]`` is cut ``c`` of feature ``f``.
+    levels : per feature, its level labels if it is categorical, else None (the grid's
+        ``levels``); categorical rules print ``x{f}in{a,b}`` with the left levels' indices, and a
+        tree with missing-value bits appends ``|NA=L`` or ``|NA=R`` to every rule.
 
     Examples
     --------
@@ -309,27 +460,51 @@ def to_string(tree: Tree, thresholds: np.ndarray) -> str:
     'x1<=2.5(L,L)'
     """
     is_split = np.asarray(tree.is_split)
-    feature = np.asarray(tree.feature)
-    cut = np.asarray(tree.cut)
 
     def rec(i: int) -> str:
         if not is_split[i]:
             return "L"
-        f = int(feature[i])
-        return f"x{f}<={_fmt(thresholds[f, cut[i]])}({rec(2 * i + 1)},{rec(2 * i + 2)})"
+        return f"{_rule_string(tree, i, thresholds, levels)}({rec(2 * i + 1)},{rec(2 * i + 2)})"
 
     return rec(0)
 
 
-def from_string(text: str, thresholds: np.ndarray, max_depth: int) -> Tree:
+def _is_categorical(levels, f: int) -> bool:
+    return levels is not None and levels[f] is not None
+
+
+def _left_levels(tree: Tree, i: int) -> list[int]:
+    """The level indices the rule at node ``i`` sends left (its ``levels_left`` bits)."""
+    words = np.asarray(tree.levels_left)[i].astype(np.uint64)
+    return [32 * w + b for w in range(len(words)) for b in range(32) if (int(words[w]) >> b) & 1]
+
+
+def _rule_string(tree: Tree, i: int, thresholds, levels) -> str:
+    """The canonical text of node ``i``'s rule (docs/categorical-missing.md, "Tree strings")."""
+    f = int(np.asarray(tree.feature)[i])
+    if _is_categorical(levels, f):
+        text = f"x{f}in{{{','.join(str(lv) for lv in _left_levels(tree, i))}}}"
+    else:
+        text = f"x{f}<={_fmt(thresholds[f, int(np.asarray(tree.cut)[i])])}"
+    if tree.nan_left is not None:
+        text += "|NA=L" if bool(np.asarray(tree.nan_left)[i]) else "|NA=R"
+    return text
+
+
+def from_string(text: str, thresholds: np.ndarray, max_depth: int, level_count=None) -> Tree:
     """Parse :func:`to_string` output back into a padded tree (numpy arrays).
 
-    Thresholds are matched to the nearest candidate of the feature.
+    Thresholds are matched to the nearest candidate of the feature.  ``level_count`` (F,): the
+    categorical features' level counts (0 for ordered), which size the ``levels_left`` field of
+    a string with categorical rules; a string with ``|NA=`` gives a tree with ``nan_left``.
     """
     n = n_nodes(max_depth)
     is_split = np.zeros(n, bool)
     feature = np.zeros(n, np.int32)
     cut = np.zeros(n, np.int32)
+    nan_left = np.zeros(n, bool) if "|NA=" in text else None
+    words = level_words(level_count) if level_count is not None else (1 if "in{" in text else 0)
+    levels_left = np.zeros((n, words), np.uint32) if words else None
     pos = 0
 
     def rec(i: int) -> None:
@@ -340,10 +515,21 @@ def from_string(text: str, thresholds: np.ndarray, max_depth: int) -> Tree:
         if i >= n or 2 * i + 1 >= n:
             raise ValueError(f"tree string is deeper than max_depth={max_depth}: {text!r}")
         end = text.index("(", pos)
-        lhs, t = text[pos + 1 : end].split("<=")
-        f = int(lhs)
-        row = np.asarray(thresholds[f], float)
-        c = int(np.nanargmin(np.abs(np.where(np.isfinite(row), row, np.nan) - float(t))))
+        rule = text[pos + 1 : end]
+        if "|NA=" in rule:
+            rule, side = rule.split("|NA=")
+            nan_left[i] = side == "L"
+        if "in{" in rule:
+            lhs, body = rule.split("in{")
+            f = int(lhs)
+            for lv in (int(v) for v in body.rstrip("}").split(",") if v):
+                levels_left[i, lv // 32] |= np.uint32(1 << (lv % 32))
+            c = 0
+        else:
+            lhs, t = rule.split("<=")
+            f = int(lhs)
+            row = np.asarray(thresholds[f], float)
+            c = int(np.nanargmin(np.abs(np.where(np.isfinite(row), row, np.nan) - float(t))))
         is_split[i], feature[i], cut[i] = True, f, c
         pos = end + 1
         rec(2 * i + 1)
@@ -356,7 +542,28 @@ def from_string(text: str, thresholds: np.ndarray, max_depth: int) -> Tree:
     rec(0)
     if pos != len(text):
         raise ValueError(f"trailing characters in tree string {text!r}")
-    return Tree(is_split, feature, cut)
+    return make_tree(is_split, feature, cut, nan_left, levels_left)
+
+
+def _rule_text(tree: Tree, i: int, thresholds, levels, names) -> tuple[str, str]:
+    """Human-readable left and right conditions of node ``i``'s rule."""
+    f = int(np.asarray(tree.feature)[i])
+    name = names[f] if names is not None else f"x{f}"
+    if _is_categorical(levels, f):
+        left = set(_left_levels(tree, i))
+        labels = [str(v) for v in levels[f]]
+        inside = [lab for k, lab in enumerate(labels) if k in left]
+        outside = [lab for k, lab in enumerate(labels) if k not in left]
+        texts = [f"{name} in {{{', '.join(inside)}}}", f"{name} in {{{', '.join(outside)}}}"]
+    else:
+        t = _fmt(thresholds[f, int(np.asarray(tree.cut)[i])])
+        texts = [f"{name} <= {t}", f"{name} > {t}"]
+    if tree.nan_left is not None:
+        if bool(np.asarray(tree.nan_left)[i]):
+            texts[0] += " (NA→left)"
+        else:
+            texts[1] += " (NA→right)"
+    return texts[0], texts[1]
 
 
 def tree_text(
@@ -364,14 +571,15 @@ def tree_text(
     thresholds: np.ndarray,
     feature_names: Sequence[str] | None = None,
     leaf_labels: Sequence[str] | None = None,
+    levels: Sequence | None = None,
 ) -> str:
     """Indented, human-readable text of one tree.
 
-    ``leaf_labels`` (optional) maps heap index -> label printed at that leaf.
+    ``leaf_labels`` (optional) maps heap index -> label printed at that leaf; ``levels`` (the
+    grid's): categorical rules print ``color in {E, F, G}``, and a missing value's side is
+    written ``NA→left`` / ``NA→right``.
     """
     is_split = np.asarray(tree.is_split)
-    feature = np.asarray(tree.feature)
-    cut = np.asarray(tree.cut)
     names = list(feature_names) if feature_names is not None else None
     lines: list[str] = []
 
@@ -380,12 +588,10 @@ def tree_text(
             label = f": {leaf_labels[i]}" if leaf_labels is not None else ""
             lines.append(f"{indent}leaf {i}{label}")
             return
-        f = int(feature[i])
-        name = names[f] if names is not None else f"x{f}"
-        t = _fmt(thresholds[f, cut[i]])
-        lines.append(f"{indent}{name} <= {t}")
+        left, right = _rule_text(tree, i, thresholds, levels, names)
+        lines.append(f"{indent}{left}")
         rec(2 * i + 1, indent + "|   ")
-        lines.append(f"{indent}{name} > {t}")
+        lines.append(f"{indent}{right}")
         rec(2 * i + 2, indent + "|   ")
 
     rec(0, "")
@@ -398,13 +604,13 @@ def plot_tree(
     feature_names: Sequence[str] | None = None,
     leaf_labels: Sequence[str] | None = None,
     ax=None,
+    levels: Sequence | None = None,
 ):
-    """Draw one tree with matplotlib; returns the Axes."""
+    """Draw one tree with matplotlib (each split labelled with its left condition); returns the
+    Axes."""
     import matplotlib.pyplot as plt
 
     is_split = np.asarray(tree.is_split)
-    feature = np.asarray(tree.feature)
-    cut = np.asarray(tree.cut)
     names = list(feature_names) if feature_names is not None else None
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
@@ -428,9 +634,7 @@ def plot_tree(
         if is_split[i]:
             for c in (2 * i + 1, 2 * i + 2):
                 ax.plot([x, xpos[c]], [y, -depth[c]], color="0.6", zorder=1)
-            f = int(feature[i])
-            name = names[f] if names is not None else f"x{f}"
-            text = f"{name} <= {_fmt(thresholds[f, cut[i]])}"
+            text = _rule_text(tree, i, thresholds, levels, names)[0]
             box = dict(boxstyle="round", fc="#dde8f5", ec="#4a6fa5")
         else:
             text = str(leaf_labels[i]) if leaf_labels is not None else "leaf"

@@ -40,6 +40,8 @@ class CGMState(NamedTuple):
     log_lik : () float32 log integrated likelihood (at inverse temperature 1).
     log_prior : () float32 log tree prior.
     beta : () float32 inverse temperature; the chain targets ``p(T) L(T)**beta``.
+    levels : (N, F, W) uint32 available levels of every node's categorical features
+        (:mod:`bdtree_jax.priors.categorical`), or None without categorical features.
     """
 
     tree: Tree
@@ -50,6 +52,7 @@ class CGMState(NamedTuple):
     log_lik: Array
     log_prior: Array
     beta: Array
+    levels: Array | None = None
 
 
 def with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_size: int = 1) -> CGMState:

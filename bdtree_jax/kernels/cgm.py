@@ -93,6 +93,8 @@ class CGMConfig:
         subtree update; best when each chain runs its own program, as on CPU), or re-score the
         whole proposed tree with one branch-free program (best when chains are ``vmap``-ped, as
         on GPU).  Both give the same chain.
+    general_rules : the data have categorical features or missing-value bits: the chain of
+        :mod:`bdtree_jax.kernels.cgm_general` (a whole-tree re-score per step).
     """
 
     max_depth: int
@@ -100,17 +102,19 @@ class CGMConfig:
     move_probs: tuple = (0.25, 0.25, 0.40, 0.10)
     trace_dtypes: tuple = ("int32", "int32")
     incremental: bool = True
+    general_rules: bool = False
 
     @classmethod
     def from_prior(
         cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10), n_features: int | None = None,
-        n_cuts: int | None = None, incremental: bool = True,
+        n_cuts: int | None = None, incremental: bool = True, general_rules: bool = False,
     ) -> "CGMConfig":
         """Config for ``prior``; with the data's ``n_features`` and largest number of candidate
         cuts ``n_cuts`` the recorded trees use the smallest integer types that hold them (the
         per-iteration tree record dominates memory traffic with many chains)."""
         dtypes = (_small_int(n_features), _small_int(n_cuts))
-        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs), dtypes, bool(incremental))
+        return cls(prior.max_depth, prior.min_leaf_size, tuple(move_probs), dtypes, bool(incremental),
+                   bool(general_rules))
 
     def __post_init__(self):
         p = tuple(float(x) for x in self.move_probs)
@@ -575,7 +579,7 @@ def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> di
     (:func:`~bdtree_jax.tree.tree_summaries`), outside the compiled loop."""
     t = state.tree
     return dict(
-        tree=Tree(t.is_split, t.feature.astype(trace_dtypes[0]), t.cut.astype(trace_dtypes[1])),
+        tree=t._replace(feature=t.feature.astype(trace_dtypes[0]), cut=t.cut.astype(trace_dtypes[1])),
         log_lik=state.log_lik,
         log_prior=state.log_prior,
         accepted=info.accepted,
@@ -600,10 +604,17 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
     Cached per configuration, so equal configurations share compiled programs in the driver.
     """
 
-    def init_fn(key, data):
-        return init(key, data, config)
-
     def trace_fn(state, info):
         return trace(state, info, config.trace_dtypes)
+
+    if config.general_rules:
+        from . import cgm_general
+
+        return SamplingAlgorithm(lambda key, data: cgm_general.init(key, data, config),
+                                 lambda draws, state, data: cgm_general.step(draws, state, data, config),
+                                 trace_fn, cgm_general.draw, steps_per_pass=2)
+
+    def init_fn(key, data):
+        return init(key, data, config)
 
     return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn, draw, steps_per_pass=2)

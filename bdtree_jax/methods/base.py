@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..driver import BLOCK_SIZE, CHAIN_METHODS, check_rows, plan_chains, run_chains
+from ..features import check_supported
 from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
 
@@ -184,7 +185,9 @@ class Method:
         return {}
 
     def check(self, problem: TreeProblem, where: str = "") -> None:
-        """Raise a ``ValueError`` if the problem's prior is one the method does not sample."""
+        """Raise a ``ValueError`` if the problem's data or prior is one the method does not sample
+        (categorical features and missing cells: :data:`~bdtree_jax.features.SUPPORTS_CATEGORICAL`)."""
+        check_supported(self.name, problem.grid.levels, problem.X, problem.names, where)
         prior = problem.prior
         if prior.structure not in self.structures:
             raise ValueError(
@@ -264,10 +267,10 @@ def independent_stats(trees, log_lik: np.ndarray, log_prior: np.ndarray, n_leave
         (int32), ``accepted`` (all True), ``move`` (0) and ``log_posterior``.
     warmup_stats : the same keys with no iterations, (C, 0).
     """
-    from ..tree import Tree, n_leaves as count_leaves, tree_depth
+    from ..tree import n_leaves as count_leaves, tree_depth
 
     shape = log_lik.shape
-    flat = Tree(*(jnp.asarray(a.reshape(-1, a.shape[-1])) for a in trees))
+    flat = jax.tree.map(lambda a: jnp.asarray(a.reshape(-1, a.shape[-1])), trees)
     if n_leaves is None:
         n_leaves = np.asarray(jax.vmap(count_leaves)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)
     depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)

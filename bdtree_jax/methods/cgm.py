@@ -14,7 +14,7 @@ from ..driver import CGM_BLOCK_SIZE
 from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
 from ..kernels._moves import score
 from ..priors import violates_boxes
-from ..tree import Tree
+
 from .base import Kernel, MCMCMethod, with_tempering
 
 __all__ = ["CGM", "CGM_MOVE_PROBS", "PROPOSALS", "PINBALL_PROPOSALS"]
@@ -151,7 +151,7 @@ class CGM(MCMCMethod):
             self.initial_tree, X=problem.X, bins=problem.train_bins, thresholds=problem.grid.thresholds,
             max_depth=prior.max_depth, where=where,
         )
-        tree = Tree(*(jnp.asarray(a) for a in tree))
+        tree = jax.tree.map(lambda a: jnp.asarray(a), tree)
         data = problem.data
         config = cgm_kernel.CGMConfig(prior.max_depth, prior.min_leaf_size)
         with jax.disable_jit():

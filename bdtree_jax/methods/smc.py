@@ -12,7 +12,7 @@ import numpy as np
 
 from ..driver import run_independent
 from ..kernels import smc as smc_kernel
-from ..tree import Tree
+
 from .base import Method, independent_stats
 
 __all__ = ["SMC"]
@@ -74,7 +74,7 @@ class SMC(Method):
         chains = np.arange(options.num_chains)[:, None]
         draws = np.stack([self._resample(jax.random.fold_in(key, c), runs.log_weight[c], options.num_samples)
                           for c in range(options.num_chains)])
-        trees = Tree(*(np.asarray(a)[chains, draws] for a in runs.trees))
+        trees = jax.tree.map(lambda a: np.asarray(a)[chains, draws], runs.trees)
         stats, warm = independent_stats(trees, np.asarray(runs.log_lik)[chains, draws],
                                         np.asarray(runs.log_prior)[chains, draws])
         info = dict(seed=options.seed, num_samples=options.num_samples, seconds=seconds, config=repr(config),
@@ -83,7 +83,7 @@ class SMC(Method):
 
         return SMCPosterior(
             trees=trees, stats=stats, warmup_stats=warm, method=self.name, info=info,
-            particles=Tree(*(np.asarray(a) for a in runs.trees)), particle_log_weights=np.asarray(runs.log_weight),
+            particles=jax.tree.map(lambda a: np.asarray(a), runs.trees), particle_log_weights=np.asarray(runs.log_weight),
             run_log_evidence=np.asarray(runs.log_evidence).astype(np.float64), **problem.posterior_fields(),
         )
 

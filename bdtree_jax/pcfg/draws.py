@@ -134,7 +134,7 @@ def map_tree(g: BoxGrammar) -> Tree:
     trees, _, truncated = _descend(g, jax.random.key(0), 1, "max")
     if truncated.any():
         raise ValueError(f"the MAP tree is deeper than {g.heap_depth} levels; pass max_depth= to bound it.")
-    return Tree(*(a[0] for a in trees))
+    return jax.tree.map(lambda a: a[0], trees)
 
 
 def log_prob(g: BoxGrammar, tree: Tree, bins: np.ndarray, point_stats: np.ndarray) -> float:

@@ -71,7 +71,7 @@ def violates_boxes(tree: Tree, box_side: Array) -> Array:
     Each box starts at the root and follows the side it lies on at every split (a box never
     cut stays inside one node per level and ends inside one leaf)."""
     depth = max_depth_of(tree)
-    tree = Tree(*(jnp.asarray(a) for a in tree))
+    tree = jax.tree.map(lambda a: jnp.asarray(a), tree)
 
     def one(side):  # side: (F, C)
         node, bad = jnp.int32(0), jnp.bool_(False)

@@ -44,6 +44,8 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
         sorted_bins = jnp.asarray(np.take_along_axis(bins.T, order, axis=1))
         order = jnp.asarray(order)
+    level_masks, missing_code = _general_fields(grid)
+    general = level_masks is not None or missing_code is not None
     return TreeData(
         jnp.asarray(bins),
         jnp.asarray(point_stats, jnp.float32),
@@ -53,10 +55,29 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         likelihood.prepare(bins.shape[0]),
         jnp.asarray(cumwidth),
         None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
-        _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
+        _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" and not general
+        else None,
         _cut_count(bins, grid) if getattr(prior, "valid_cuts", "data") == "ancestors" else None,
-        _bin_bits(bins) if prior.min_leaf_size == 1 and getattr(prior, "valid_cuts", "data") == "data" else None,
+        _bin_bits(bins) if prior.min_leaf_size == 1 and getattr(prior, "valid_cuts", "data") == "data" and not general
+        else None,
+        level_masks,
+        missing_code,
     )
+
+
+def _general_fields(grid: SplitGrid | None):
+    """TreeData's ``level_masks`` (F, W) uint32 and ``missing_code`` () int32 from the grid's
+    categorical level counts and missing code (None each when absent)."""
+    count = None if grid is None else getattr(grid, "level_count", None)
+    masks = None
+    if count is not None and np.any(np.asarray(count) > 0):
+        count = np.asarray(count, np.int64)
+        words = -(-int(count.max()) // 32)
+        bits = np.arange(32 * words)[None, :] < count[:, None]  # (F, 32 W)
+        masks = (bits.reshape(len(count), words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(-1)
+        masks = jnp.asarray(masks.astype(np.uint32))
+    code = None if grid is None else getattr(grid, "missing_code", None)
+    return masks, (None if code is None else jnp.int32(code))
 
 
 def _cut_count(bins: np.ndarray, grid: SplitGrid | None):

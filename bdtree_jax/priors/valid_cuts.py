@@ -109,6 +109,8 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int,
         return ancestor_bounds(tree, data.cut_count)
     n_nodes = tree.is_split.shape[-1]
     depth = max_depth_of(tree)
+    if data.missing_code is not None or data.level_masks is not None:
+        return _general_node_bounds(leaf_id, data, min_leaf_size, n_nodes, rows)
     if min_leaf_size == 1:
         # min/max are composable: reduce rows into their leaves, then leaves into ancestors; one
         # max-reduction of (-bins, bins) gives both (a scatter is the costly step on CPU, and it
@@ -133,6 +135,29 @@ def node_bounds(tree: Tree, leaf_id: Array, data: TreeData, min_leaf_size: int,
         los.append(lo)
         his.append(hi)
     return jnp.concatenate(los), jnp.concatenate(his)
+
+
+def _general_node_bounds(leaf_id: Array, data: TreeData, min_leaf_size: int, n_nodes: int,
+                         rows: Array | None) -> tuple[Array, Array]:
+    """:func:`node_bounds` under ``valid_cuts="data"`` with missing values or categorical
+    features (docs/categorical-missing.md): an ordered feature's bounds from the rows whose
+    value is not missing; a categorical feature's interval empty (its rules are level sets)."""
+    if min_leaf_size != 1:
+        raise ValueError("min_leaf_size > 1 with valid_cuts='data' is not supported with categorical features or "
+                         "missing values yet; use min_leaf_size=1 or valid_cuts='ancestors'.")
+    bins = data.bins
+    low, high = bins, bins
+    if data.missing_code is not None:
+        missing = bins == data.missing_code
+        low, high = jnp.where(missing, _BIG, bins), jnp.where(missing, -1, bins)
+    slot = leaf_id if rows is None else jnp.where(rows, leaf_id, n_nodes)
+    both = reduce_subtrees(jax.ops.segment_max(jnp.concatenate([-low, high], axis=1), slot, num_segments=n_nodes),
+                           jnp.maximum)
+    lo, hi = -both[:, : bins.shape[1]], both[:, bins.shape[1] :]
+    empty = hi < 0  # no rows with a value
+    if data.level_masks is not None:
+        empty = empty | jnp.any(data.level_masks != 0, axis=-1)
+    return jnp.where(empty, 0, lo).astype(jnp.int32), jnp.where(empty, 0, hi).astype(jnp.int32)
 
 
 def ancestor_bounds(tree: Tree, cut_count: Array) -> tuple[Array, Array]:
