@@ -14,6 +14,7 @@ from ..driver import CGM_BLOCK_SIZE
 from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
 from ..kernels._moves import score
 from ..priors import violates_boxes
+from ..priors.categorical import check_general_rules
 
 from .base import Kernel, MCMCMethod, with_tempering
 
@@ -122,6 +123,11 @@ class CGM(MCMCMethod):
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, data = problem.prior, problem.data
+        general = data.level_masks is not None or data.missing_code is not None
+        if general and (self.proposal != "cgm" or len(betas) > 1 or self.initial_tree is not None):
+            raise ValueError(f"{where}categorical features and missing values are supported by proposal='cgm' "
+                             f"without tempering or initial_tree for now; got proposal={self.proposal!r} with "
+                             f"{len(betas)} temperature(s).")
         if self.initial_tree is not None:
             config = edit_kernel.EditConfig(
                 prior.max_depth, prior.min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(self.proposal, 0.5),
@@ -129,9 +135,11 @@ class CGM(MCMCMethod):
             )
             algorithm = with_tempering(edit_kernel.edit_prior(config), betas, chain_method)
             return Kernel(self._edit_data(problem, where), (config, self.proposal, betas), algorithm)
+        if general:
+            check_general_rules(data, prior.structure, f"{where}method='cgm'")
         config = cgm_kernel.CGMConfig.from_prior(
             prior, self.move_probs, n_features=data.bins.shape[1], n_cuts=int(problem.grid.n_cuts.max()),
-            incremental=chain_method == "sequential",
+            incremental=chain_method == "sequential", general_rules=general,
         )
         regrow_config = regrow_kernel.RegrowConfig(config.max_depth, config.min_leaf_size, config.trace_dtypes)
         if self.proposal == "cgm+perturb":
