@@ -83,7 +83,13 @@ def _box_arrays(boxes, n_features: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None) -> list[tuple[str, float, float]]:
+def _require_no_missing(X, what: str) -> None:
+    if np.isnan(np.asarray(X, float)).any():
+        raise ValueError(f"{what} does not handle missing (NaN) values; enumerate_trees does (CGM98 prior).")
+
+
+def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None, categorical=None,
+                    missing_bits=None) -> list[tuple[str, float, float]]:
     """Every tree with positive prior mass as ``(string, log_prior, log_lik)``.
 
     Parameters
@@ -108,7 +114,22 @@ def enumerate_trees(X, point_stats, prior: TreePrior, likelihood, *, boxes=None)
 
     With ``prior.structure == "pinball"`` the trees are those of the pinball prior
     (:func:`enumerate_pinball_trees`) and ``log p(T)`` is its *unnormalised* weight.
+
+    categorical : (F,) bool mask or None: categorical columns of ``X`` hold level codes (floats
+        ``0..L-1``); NaN anywhere in ``X`` is a missing value.
+    missing_bits : None (the trees carry missing-value bits iff ``X`` has a NaN cell or a
+        categorical feature), True or False.  With a categorical feature, a NaN or bits, the
+        trees are those of ``docs/categorical-missing.md``
+        (:func:`bdtree_jax.exact.categorical.enumerate_mixed_trees`; CGM98 structure only, boxes
+        on ordered features only); otherwise the enumeration is the one above.
     """
+    if categorical is not None or missing_bits is not None or np.isnan(np.asarray(X, float)).any():
+        from .categorical import enumerate_mixed_trees, resolve_categorical
+
+        _, cat, bits = resolve_categorical(X, categorical, missing_bits)
+        if cat.any() or bits:
+            return enumerate_mixed_trees(X, point_stats, prior, likelihood, categorical=cat, missing_bits=bits,
+                                         boxes=boxes)
     if getattr(prior, "structure", "cgm") == "pinball":
         return enumerate_pinball_trees(X, point_stats, prior, likelihood, boxes=boxes)
     grid = make_split_grid(X)
@@ -195,6 +216,7 @@ def enumerate_pinball_trees(X, point_stats, prior: TreePrior, likelihood, *,
     trees (:func:`enumerate_posterior` does).  Plain recursion over row sets, independent of the
     JAX prior (:func:`bdtree_jax.priors.log_tree_prior`) and of its tables.
     """
+    _require_no_missing(X, "enumerate_pinball_trees")
     grid = make_split_grid(X)
     bins = grid.bin(X)
     point_stats = np.asarray(point_stats, float)
@@ -236,17 +258,19 @@ def enumerate_pinball_trees(X, point_stats, prior: TreePrior, likelihood, *,
     return [(s, log_size[k] + w, _total_log_lik(likelihood, leaves)) for s, w, leaves, k in root]
 
 
-def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0, boxes=None) -> dict[str, float]:
+def enumerate_posterior(X, point_stats, prior: TreePrior, likelihood, *, beta: float = 1.0, boxes=None,
+                        categorical=None, missing_bits=None) -> dict[str, float]:
     """Exact posterior ``p(T | X, Y) ∝ p(T) p(Y | X, T)**beta`` over every tree (see
     :func:`enumerate_trees`; the CGM98 or the pinball prior by ``prior.structure``); ``beta`` is an
     inverse temperature (1 = the posterior, 0 = the normalised prior); ``boxes`` conditions the
-    prior on the box constraints.
+    prior on the box constraints; ``categorical`` and ``missing_bits`` as there.
 
     Returns
     -------
     dict mapping :func:`bdtree_jax.tree.to_string` strings to probabilities (summing to 1).
     """
-    all_trees = enumerate_trees(X, point_stats, prior, likelihood, boxes=boxes)
+    all_trees = enumerate_trees(X, point_stats, prior, likelihood, boxes=boxes, categorical=categorical,
+                                missing_bits=missing_bits)
     log_post = np.array([lp + beta * ll for _, lp, ll in all_trees])
     probs = np.exp(log_post - logsumexp(log_post))
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
@@ -266,6 +290,7 @@ def enumerate_pcfg_trees(X, point_stats, likelihood, *, log_phi: float = 2.0, ma
     import jax.numpy as jnp
 
     X = np.asarray(X, float)
+    _require_no_missing(X, "enumerate_pcfg_trees")
     codes, boundary_cut = code_features(X, n_buckets)
     thresholds = make_split_grid(X).thresholds
     stats = np.asarray(point_stats, float)
@@ -303,33 +328,53 @@ def enumerate_pcfg_posterior(X, point_stats, likelihood, **kw) -> dict[str, floa
     return {s: float(p) for (s, _, _), p in zip(all_trees, probs)}
 
 
-def leaf_partition(tree, bins: np.ndarray) -> frozenset:
+def leaf_partition(tree, bins: np.ndarray, *, categorical=None, missing_code=None) -> frozenset:
     """The partition of the rows into leaves, as a frozenset of frozensets of row indices.
 
-    tree : :class:`~bdtree_jax.tree.Tree` (or its three arrays) of one padded tree.
-    bins : (n, F) int bin codes.  A numpy descent (cheap for the thousands of trees of a WU
-    fibre, :mod:`bdtree_jax.kernels.wu`).
+    tree : :class:`~bdtree_jax.tree.Tree` (or its arrays ``is_split, feature, cut[, nan_left,
+    levels_left]``) of one padded tree.  bins : (n, F) int codes.  A numpy descent (cheap for the
+    thousands of trees of a WU fibre, :mod:`bdtree_jax.kernels.wu`).  With categorical features
+    (``categorical`` (F,) bool) a row goes left iff bit ``code`` of the node's ``levels_left``
+    ((N, W) words, bit ``l`` of word ``l // 32``) is set; a row whose code is ``missing_code``
+    goes left iff the node's ``nan_left`` is set (``docs/categorical-missing.md``).
     """
-    is_split, feature, cut = (np.asarray(a) for a in tree)
+    arrays = list(tree)
+    is_split, feature, cut = (np.asarray(a) for a in arrays[:3])
+    nan_left, levels_left = (None if a is None else np.asarray(a) for a in (arrays[3:] + [None, None])[:2])
+    cat = None if categorical is None else np.asarray(categorical, bool)
+    bins = np.asarray(bins)
+    rows = np.arange(len(bins))
     leaf = np.zeros(len(bins), int)
     for _ in range(int(np.log2(len(is_split) + 1))):
         split = is_split[leaf]
-        right = bins[np.arange(len(bins)), feature[leaf]] > cut[leaf]
+        f = feature[leaf]
+        code = bins[rows, f]
+        right = code > cut[leaf]
+        if cat is not None and levels_left is not None:
+            words = levels_left[leaf, np.minimum(code // 32, levels_left.shape[-1] - 1)].astype(np.int64)
+            right = np.where(cat[f], ((words >> (code % 32)) & 1) == 0, right)
+        if missing_code is not None and nan_left is not None:
+            right = np.where(code == missing_code, ~nan_left[leaf].astype(bool), right)
         leaf = np.where(split, 2 * leaf + 1 + right, leaf)
     return frozenset(frozenset(np.flatnonzero(leaf == i).tolist()) for i in np.unique(leaf))
 
 
-def tree_frequencies(trees: Tree, thresholds: np.ndarray, weights=None) -> dict[str, float]:
+def tree_frequencies(trees: Tree, thresholds: np.ndarray, weights=None, levels=None) -> dict[str, float]:
     """Visit frequencies ``{tree string: frequency}`` of sampled trees (a Tree of (..., N) arrays,
-    any leading axes), to compare with the exact distributions above (:func:`tv_distance`).
+    any leading axes; fields that are None, or with trailing axes after N such as a levels mask,
+    are kept as such), to compare with the exact distributions above (:func:`tv_distance`).
     ``weights`` (same leading shape, optional): importance weights (e.g. SMC particles'),
-    normalised over all trees."""
-    flat = Tree(*(np.asarray(a).reshape(-1, np.shape(a)[-1]) for a in trees))
-    first, inverse, counts = distinct_trees(flat)
+    normalised over all trees.  ``levels``: per feature, its level labels if categorical, else
+    None, passed to :func:`bdtree_jax.tree.to_string` (categorical rules print ``x{f}in{...}``)."""
+    cls = type(trees) if hasattr(trees, "_fields") else Tree  # Tree, or a tree type with more fields
+    lead = np.ndim(trees[0]) - 1
+    flat = cls(*(None if a is None else np.asarray(a).reshape((-1,) + np.shape(a)[lead:]) for a in trees))
+    first, inverse, counts = distinct_trees(tuple(a for a in flat if a is not None))
     mass = counts if weights is None else np.bincount(inverse, np.asarray(weights, float).ravel(), len(first))
     out: dict[str, float] = {}
     for i, c in zip(first, mass):  # distinct heaps can print alike (e.g. unused padded slots)
-        name = to_string(Tree(*(a[i] for a in flat)), thresholds)
+        tree = cls(*(None if a is None else a[i] for a in flat))
+        name = to_string(tree, thresholds) if levels is None else to_string(tree, thresholds, levels)
         out[name] = out.get(name, 0.0) + c / mass.sum()
     return out
 
@@ -356,6 +401,7 @@ class _EditModel:
     """
 
     def __init__(self, X, prior: TreePrior, boxes=None):
+        _require_no_missing(X, "the EDITTREE enumerator")
         self.grid = make_split_grid(X)
         self.bins = self.grid.bin(X)
         self.n, self.F = self.bins.shape

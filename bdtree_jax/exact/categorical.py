@@ -1,0 +1,239 @@
+"""Exact CGM98 prior over trees with categorical features and missing values (MIA), by brute-force
+enumeration: the ground truth of ``docs/categorical-missing.md``, written from that page alone
+(plain numpy recursion over row sets; no kernel, prior table or routing of the samplers is used).
+
+:func:`bdtree_jax.exact.enumerate_trees` calls :func:`enumerate_mixed_trees` when ``X`` has a
+missing cell, a categorical column, or missing-value bits are forced on.  :func:`parse_tree_string`
+reads the canonical grammar (commas inside ``{...}`` included) and :func:`string_leaf_partition`
+routes rows through a tree string, both independently of :mod:`bdtree_jax.tree`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from itertools import combinations
+
+import numpy as np
+
+from ..priors import TreePrior
+from ..tree import _fmt
+from .hard import _box_arrays, _cut_log_probs, _leaf_terms, _total_log_lik, _valid_cuts
+
+__all__ = ["enumerate_mixed_trees", "resolve_categorical", "parse_tree_string", "string_leaf_partition"]
+
+_LOG2 = math.log(2.0)
+
+
+def resolve_categorical(X, categorical=None, missing_bits=None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Validate the mixed-data arguments of :func:`bdtree_jax.exact.enumerate_trees`.
+
+    Returns ``(X as float (n, F), categorical (F,) bool, missing_bits)``; ``missing_bits=None``
+    becomes True iff ``X`` has a NaN cell or some feature is categorical.  A categorical column
+    must hold non-negative integer level codes (or NaN); ``missing_bits=False`` with a NaN cell is
+    an error (a missing row has no direction without the bit)."""
+    X = np.asarray(X, float)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-d (n, F); got shape {X.shape}.")
+    if np.isinf(X).any():
+        raise ValueError("X has an infinite value; only NaN (missing) is allowed.")
+    F = X.shape[1]
+    if categorical is None:
+        cat = np.zeros(F, bool)
+    else:
+        cat = np.asarray(categorical)
+        if cat.dtype != bool or cat.shape != (F,):
+            raise ValueError(f"categorical must be a ({F},) bool mask; got {categorical!r}.")
+    has_nan = bool(np.isnan(X).any())
+    for f in np.flatnonzero(cat):
+        v = X[~np.isnan(X[:, f]), f]
+        if np.any(v < 0) or np.any(v != np.round(v)):
+            raise ValueError(f"categorical column {f} must hold non-negative integer level codes (or NaN).")
+    if missing_bits is None:
+        missing_bits = has_nan or bool(cat.any())
+    elif not isinstance(missing_bits, (bool, np.bool_)):
+        raise ValueError(f"missing_bits must be None, True or False; got {missing_bits!r}.")
+    if has_nan and not missing_bits:
+        raise ValueError("X has a missing (NaN) cell but missing_bits=False: missing rows need the bits.")
+    return X, cat, bool(missing_bits)
+
+
+def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categorical=None, missing_bits=None,
+                          boxes=None) -> list[tuple[str, float, float]]:
+    """Every tree with positive prior mass as ``(string, log_prior, log_lik)``, with categorical
+    features and missing values (``docs/categorical-missing.md``).
+
+    X : (n, F) floats; ordered columns raw values, categorical columns level codes, NaN missing.
+    categorical : (F,) bool mask or None; missing_bits : None (bits iff a NaN cell or a
+    categorical feature), True or False.  boxes : as in :func:`bdtree_jax.exact.enumerate_trees`,
+    ordered features only (a rule's threshold must not lie inside a box its node holds; the
+    missing-value bit is free); with a categorical feature they are an error.
+
+    The prior at a node of depth ``d``: it splits with probability ``alpha (1 + d)**-beta`` (leaf
+    at ``max_depth`` or when no feature is eligible), and a split's rule has probability
+    ``1 / #eligible features * p(cut or S | feature) * (1/2 if bits)``.  An ordered feature's cuts
+    are the midpoints of its distinct non-missing values; a categorical feature's levels its
+    distinct non-missing codes.  Available rules, ``prior.valid_cuts == "data"``: from the node's
+    rows not missing the feature (ordered: cuts with ``>= min_leaf_size`` of them on each side;
+    categorical: their levels); ``"ancestors"``: ordered cut ranges and categorical level sets
+    narrowed by the ancestors' rules (left child of ``S``: ``S``, right: the rest), and trees with a
+    node of fewer than ``min_leaf_size`` rows left out (``log_prior`` stays the untruncated one).
+    A categorical feature with ``k >= 2`` available levels has the ``2**(k-1) - 1`` rules ``S``:
+    non-empty subsets of its available levels without the smallest, each of probability
+    ``1 / (2**(k-1) - 1)``.  Both values of every bit are enumerated as distinct trees.
+
+    Strings: ``x{f}<={t}`` or ``x{f}in{a,b}`` (codes of ``S`` ascending), then ``|NA=L`` /
+    ``|NA=R`` when the model has bits, then ``(left,right)``; a leaf is ``L``.
+    """
+    X, cat, bits = resolve_categorical(X, categorical, missing_bits)
+    if getattr(prior, "structure", "cgm") == "pinball":
+        raise ValueError("the pinball prior is not enumerated with categorical features or missing-value bits.")
+    if boxes is not None and cat.any():
+        raise ValueError("box constraints with categorical features are not supported by the exact enumerator.")
+    n, F = X.shape
+    point_stats = np.asarray(point_stats, float)
+    miss = np.isnan(X)
+    values = [np.unique(X[~miss[:, f], f]) for f in range(F)]  # sorted distinct non-missing values
+    code = np.full((n, F), -1)
+    for f in range(F):
+        code[~miss[:, f], f] = np.searchsorted(values[f], X[~miss[:, f], f])  # value index (= bin)
+    thresholds = [(u[:-1] + u[1:]) / 2.0 for u in values]
+    gaps = [np.diff(u) for u in values]
+    m = prior.min_leaf_size
+    ancestors = getattr(prior, "valid_cuts", "data") == "ancestors"
+    box_list = _box_arrays(boxes, F)
+    bit_choices = (("L", -_LOG2), ("R", -_LOG2)) if bits else ((None, 0.0),)
+    memo: dict = {}
+
+    def rules(rows: np.ndarray, avail) -> dict[int, list]:
+        """``{feature: [(text, log p(rule | feature), goes-left mask over the non-missing rows of
+        rows, ancestor state of the left child, of the right child, threshold or None)]}``."""
+        out = {}
+        for f in range(F):
+            present = rows[~miss[rows, f]]
+            if cat[f]:
+                levels = avail[f] if ancestors else tuple(int(c) for c in np.unique(code[present, f]))
+                k = len(levels)
+                if k < 2:
+                    continue
+                lp = -math.log(2 ** (k - 1) - 1)
+                opts = []
+                for size in range(1, k):
+                    for S in combinations(levels[1:], size):  # the smallest level always goes right
+                        names = ",".join(str(int(values[f][c])) for c in S)
+                        opts.append((f"x{f}in{{{names}}}", lp, np.isin(code[present, f], S),
+                                     tuple(S), tuple(c for c in levels if c not in S), None))
+                out[f] = opts
+            else:
+                cuts = list(range(*avail[f])) if ancestors else _valid_cuts(code[present, f], m)
+                if not cuts:
+                    continue
+                lo, hi = avail[f] if ancestors else (None, None)
+                out[f] = [(f"x{f}<={_fmt(thresholds[f][c])}", lp, code[present, f] <= c, (lo, c), (c + 1, hi),
+                           thresholds[f][c])
+                          for c, lp in zip(cuts, _cut_log_probs(gaps[f], cuts, prior.split_prior))]
+        return out
+
+    def trees(rows: np.ndarray, depth: int, avail, held) -> list:
+        """``[(string, log prior, [leaf terms])]`` of the subtrees on ``rows``; ``avail``: per
+        feature, the ancestors' cut range ``(lo, hi)`` or level tuple (``"ancestors"`` only);
+        ``held``: the boxes inside the node's region."""
+        key = (rows.tobytes(), depth, avail, held)
+        if key in memo:
+            return memo[key]
+        if ancestors and len(rows) < m:
+            memo[key] = []
+            return []
+        leaf = _leaf_terms(likelihood, point_stats[rows].sum(0))
+        options = rules(rows, avail) if depth < prior.max_depth else {}
+        if not options:
+            memo[key] = [("L", 0.0, [leaf])]
+            return memo[key]
+        p = prior.alpha * (1.0 + depth) ** (-prior.beta)
+        out = [("L", math.log1p(-p), [leaf])]
+        for f, opts in options.items():
+            present, absent = rows[~miss[rows, f]], rows[miss[rows, f]]
+            for text, lp, goes_left, a_left, a_right, t in opts:
+                if t is not None and any(box_list[b][0][f] < t < box_list[b][1][f] for b in held):
+                    continue  # the rule cuts a box: prior 0
+                h_left = tuple(b for b in held if t is None or box_list[b][1][f] <= t)
+                h_right = tuple(b for b in held if t is None or box_list[b][0][f] >= t)
+                av_left = tuple(a_left if g == f else a for g, a in enumerate(avail)) if ancestors else avail
+                av_right = tuple(a_right if g == f else a for g, a in enumerate(avail)) if ancestors else avail
+                for bit, lp_bit in bit_choices:
+                    left = np.sort(np.concatenate([present[goes_left], absent if bit == "L" else absent[:0]]))
+                    right = np.sort(np.concatenate([present[~goes_left], absent if bit == "R" else absent[:0]]))
+                    lp_rule = math.log(p) - math.log(len(options)) + lp + lp_bit
+                    name = text if bit is None else f"{text}|NA={bit}"
+                    for ls, llp, lleaves in trees(left, depth + 1, av_left, h_left):
+                        for rs, rlp, rleaves in trees(right, depth + 1, av_right, h_right):
+                            out.append((f"{name}({ls},{rs})", lp_rule + llp + rlp, lleaves + rleaves))
+        memo[key] = out
+        return out
+
+    root_avail = tuple(tuple(range(len(values[f]))) if cat[f] else (0, max(len(values[f]) - 1, 0))
+                       for f in range(F)) if ancestors else None
+    root = trees(np.arange(n), 0, root_avail, tuple(range(len(box_list))))
+    return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in root]
+
+
+_RULE = re.compile(r"x(\d+)(?:<=([^(|]+)|in\{([\d,]*)\})(?:\|NA=([LR]))?\(")
+
+
+def parse_tree_string(text: str):
+    """A canonical tree string as nested tuples: ``"L"`` for a leaf, else ``(rule, left, right)``
+    with ``rule`` either ``(f, "<=", threshold, nan)`` or ``(f, "in", frozenset of level codes,
+    nan)``, ``nan`` being ``"L"``, ``"R"`` or None (no bit).  ``ValueError`` on a malformed string."""
+    pos = 0
+
+    def rec():
+        nonlocal pos
+        if text.startswith("L", pos):
+            pos += 1
+            return "L"
+        match = _RULE.match(text, pos)
+        if match is None:
+            raise ValueError(f"malformed tree string at {pos}: {text!r}")
+        f, t, levels, nan = match.groups()
+        rule = (int(f), "<=", float(t), nan) if t is not None else (
+            int(f), "in", frozenset(int(c) for c in levels.split(",") if c), nan)
+        pos = match.end()
+        left = rec()
+        if not text.startswith(",", pos):
+            raise ValueError(f"malformed tree string at {pos}: {text!r}")
+        pos += 1
+        right = rec()
+        if not text.startswith(")", pos):
+            raise ValueError(f"malformed tree string at {pos}: {text!r}")
+        pos += 1
+        return (rule, left, right)
+
+    tree = rec()
+    if pos != len(text):
+        raise ValueError(f"trailing characters at {pos}: {text!r}")
+    return tree
+
+
+def string_leaf_partition(text: str, X) -> frozenset:
+    """The partition of the rows of ``X`` (n, F; NaN missing) into the non-empty leaves of the tree
+    string ``text``, as a frozenset of frozensets of row indices: ordered rules send ``x <= t``
+    left, categorical rules the codes in ``S``, missing values follow the bit (an error without)."""
+    X = np.asarray(X, float)
+    groups = []
+
+    def rec(node, rows: np.ndarray) -> None:
+        if node == "L":
+            if len(rows):
+                groups.append(frozenset(rows.tolist()))
+            return
+        (f, op, arg, nan), left, right = node
+        x = X[rows, f]
+        missing = np.isnan(x)
+        if missing.any() and nan is None:
+            raise ValueError(f"row {rows[missing][0]} misses feature {f} but the rule has no missing-value bit.")
+        goes_left = np.where(missing, nan == "L", (x <= arg) if op == "<=" else np.isin(x, list(arg)))
+        rec(left, rows[goes_left])
+        rec(right, rows[~goes_left])
+
+    rec(parse_tree_string(text), np.arange(X.shape[0]))
+    return frozenset(groups)
