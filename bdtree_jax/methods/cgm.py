@@ -124,10 +124,10 @@ class CGM(MCMCMethod):
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, data = problem.prior, problem.data
         general = data.level_masks is not None or data.missing_code is not None
-        if general and (self.proposal != "cgm" or len(betas) > 1 or self.initial_tree is not None):
+        if general and (self.proposal != "cgm" or self.initial_tree is not None):
             raise ValueError(f"{where}categorical features and missing values are supported by proposal='cgm' "
-                             f"without tempering or initial_tree for now; got proposal={self.proposal!r} with "
-                             f"{len(betas)} temperature(s).")
+                             f"(tempered or not) without initial_tree for now; got proposal={self.proposal!r}"
+                             f"{' and an initial_tree' if self.initial_tree is not None else ''}.")
         if self.initial_tree is not None:
             config = edit_kernel.EditConfig(
                 prior.max_depth, prior.min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(self.proposal, 0.5),
