@@ -15,6 +15,8 @@ exactly uniform over the non-empty subsets).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -24,10 +26,14 @@ from ..priors import leaf_size_log_prior, node_bounds, node_stats, split_mask
 from ..priors.categorical import (
     available_levels, draw_rule_general, log_rule_prob_general, log_tree_prior_general, rule_available,
 )
-from ..tree import Tree, empty_tree, grow, leaf_nodes, nog_nodes, prune, rule_at, change, swap
+from ..tree import (
+    Tree, active_nodes, change, empty_tree, goes_left, grow, in_subtree, leaf_nodes, node_depths, nog_nodes, prune,
+    make_tree, rule_at, swap,
+)
 from ._moves import CGMState, mh_log_ratio, pick
+from .base import SamplingAlgorithm
 
-__all__ = ["init", "draw", "step", "score", "targets"]
+__all__ = ["init", "draw", "step", "score", "targets", "regrow_step", "regrow_sampler"]
 
 
 def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
@@ -96,3 +102,103 @@ def step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, obje
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
     return new_state, info
+
+
+def regrow_step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, object]:
+    """One prune-and-regrow MH step (:mod:`bdtree_jax.kernels.regrow`) with the general rules:
+    a uniformly chosen active node's subtree redrawn from the prior given the rows reaching it,
+    level by level (each level's availability from the partial tree), accepted with
+    ``(d_T / d_T') (L(T') / L(T))**beta``.  ``draws``: :func:`bdtree_jax.kernels.regrow.draw`'s
+    (two uniforms, (N, 3) uniforms per slot, a key for the slots' level sets)."""
+    from .cgm import CGMInfo
+
+    (u_node, u_accept), sub, key = draws
+    tree = state.tree
+    depth = config.max_depth
+    depths = jnp.asarray(node_depths(depth))
+    active = active_nodes(tree)
+    d_old = active.sum()
+    node = pick(active, u_node)
+    in_sub = in_subtree(node, depth)
+    cleared = jax.tree.map(lambda a: jnp.where(in_sub.reshape(in_sub.shape + (1,) * (a.ndim - 1)), jnp.zeros_like(a), a),
+                           tree)
+    leaf_id = state.leaf_id
+    row_depth = depths[leaf_id]
+    leaf_id = jnp.where(in_sub[leaf_id], ((leaf_id + 1) >> jnp.maximum(row_depth - depths[node], 0)) - 1, leaf_id)
+    leaf_id = leaf_id.astype(jnp.int32)
+    tree = cleared
+    flat = data.bins.reshape(-1)
+    row_offset = jnp.arange(data.bins.shape[0], dtype=jnp.int32) * data.bins.shape[1]
+    slot_keys = jax.random.split(key, in_sub.shape[0])
+    for level in range(depth):
+        first, count = 2**level - 1, 2**level
+        slots = jnp.arange(first, first + count)
+        growing = in_sub[slots] & leaf_nodes(tree)[slots]
+        lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
+        levels = available_levels(tree, leaf_id, data)
+        at = lambda a: None if a is None else a[slots]  # noqa: E731
+        can = jnp.any(rule_available(lo[slots], hi[slots], at(levels)), axis=-1) & (data.split_prob[slots] > 0)
+        grow_here = growing & can & (sub[slots, 0] < data.split_prob[slots])
+        rules = jax.vmap(lambda k, uf, uc, un, l, h, lv: draw_rule_general(
+            k, uf, uc, un, l, h, lv, data, tree.nan_left is not None), in_axes=(0, 0, 0, 0, 0, 0, 0 if levels is not None else None))(
+            slot_keys[slots], sub[slots, 1], sub[slots, 2], jax.random.uniform(jax.random.fold_in(key, level), (count,)),
+            lo[slots], hi[slots], at(levels))
+        tree = _grow_level(tree, slots, rules, grow_here)
+        rule = rule_at(tree, leaf_id)
+        left = goes_left(flat[row_offset + rule.feature], rule)
+        moves = (leaf_id >= first) & (leaf_id < first + count) & grow_here[jnp.clip(leaf_id - first, 0, count - 1)]
+        leaf_id = jnp.where(moves, 2 * leaf_id + 1 + (~left).astype(jnp.int32), leaf_id)
+    proposed = score(tree, data, config, state.beta)
+    proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
+    d_new = active_nodes(tree).sum()
+    log_ratio = state.beta * (proposed.log_lik - state.log_lik) + jnp.log(d_old) - jnp.log(d_new)
+    log_ratio = jnp.where(jnp.isfinite(proposed.log_prior) & ~jnp.isnan(log_ratio), log_ratio, -jnp.inf)
+    accepted = jnp.log(u_accept) < log_ratio
+    new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
+    return new_state, CGMInfo(jnp.int32(0), accepted, log_ratio)
+
+
+def _grow_level(tree: Tree, slots: Array, rules, grow_here: Array) -> Tree:
+    """``tree`` with the slots ``slots`` (k,) where ``grow_here`` (k,) splitting on ``rules``
+    (a Rule of (k, ...) arrays); the other slots unchanged."""
+    def put(a, v):
+        if a is None:
+            return None
+        g = grow_here.reshape(grow_here.shape + (1,) * (a.ndim - 1))
+        return a.at[slots].set(jnp.where(g, v.astype(a.dtype), a[slots]))
+
+    return make_tree(tree.is_split.at[slots].set(tree.is_split[slots] | grow_here),
+                     *(put(a, v) for a, v in zip(tree[1:], rules)))
+
+
+@functools.lru_cache(maxsize=64)
+def regrow_sampler(config, with_cgm: bool) -> SamplingAlgorithm:
+    """Prune-and-regrow (``with_cgm=False``: proposal "regrow") or one CGM then one
+    prune-and-regrow proposal per iteration ("cgm+regrow"), with the general rules; ``config``
+    a :class:`~bdtree_jax.kernels.cgm.CGMConfig` with ``general_rules``."""
+    from . import cgm as cgm_kernel, regrow as regrow_kernel
+
+    regrow_draw = functools.partial(regrow_kernel.draw, max_depth=config.max_depth)
+
+    def init_fn(key, data):
+        return init(key, data, config)
+
+    if not with_cgm:
+        return SamplingAlgorithm(init_fn, lambda d, s, data: regrow_step(d, s, data, config),
+                                 lambda s, info: cgm_kernel.trace(s, info, config.trace_dtypes), regrow_draw)
+
+    def draw_fn(key):
+        k1, k2 = jax.random.split(key)
+        return draw(k1), regrow_draw(k2)
+
+    def kernel(draws, state, data):
+        state, info = step(draws[0], state, data, config)
+        state, info_regrow = regrow_step(draws[1], state, data, config)
+        return state, (info, info_regrow.accepted)
+
+    def trace_fn(state, info):
+        out = cgm_kernel.trace(state, info[0], config.trace_dtypes)
+        out["regrow_accepted"] = info[1]
+        return out
+
+    return SamplingAlgorithm(init_fn, kernel, trace_fn, draw_fn)

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..driver import CGM_BLOCK_SIZE
-from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
+from ..kernels import cgm as cgm_kernel, cgm_general, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
 from ..kernels._moves import score
-from ..priors import violates_boxes
+from ..priors import check_valid_cuts, violates_boxes
 from ..priors.categorical import check_general_rules
 
 from .base import Kernel, MCMCMethod, with_tempering
@@ -124,10 +124,10 @@ class CGM(MCMCMethod):
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, data = problem.prior, problem.data
         general = data.level_masks is not None or data.missing_code is not None
-        if general and (self.proposal != "cgm" or self.initial_tree is not None):
-            raise ValueError(f"{where}categorical features and missing values are supported by proposal='cgm' "
-                             f"(tempered or not) without initial_tree for now; got proposal={self.proposal!r}"
-                             f"{' and an initial_tree' if self.initial_tree is not None else ''}.")
+        if general and (self.proposal not in ("cgm", "regrow", "cgm+regrow") or self.initial_tree is not None):
+            raise ValueError(f"{where}categorical features and missing values are supported by the proposals 'cgm', "
+                             f"'regrow' and 'cgm+regrow' (tempered or not) without initial_tree for now; got "
+                             f"proposal={self.proposal!r}{' and an initial_tree' if self.initial_tree is not None else ''}.")
         if self.initial_tree is not None:
             config = edit_kernel.EditConfig(
                 prior.max_depth, prior.min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(self.proposal, 0.5),
@@ -147,8 +147,12 @@ class CGM(MCMCMethod):
             algorithm = perturb_kernel.with_perturb(config, perturb_config)
             return Kernel(data, (config, perturb_config, self.proposal, betas),
                           with_tempering(algorithm, betas, chain_method))
-        algorithm = {"cgm": cgm_kernel.cgm, "regrow": lambda _: regrow_kernel.regrow(regrow_config),
-                     "cgm+regrow": regrow_kernel.with_regrow}[self.proposal](config)
+        if general and self.proposal != "cgm":
+            check_valid_cuts(data, f"{where}prune-and-regrow (proposal {self.proposal!r})")
+            algorithm = cgm_general.regrow_sampler(config, self.proposal == "cgm+regrow")
+        else:
+            algorithm = {"cgm": cgm_kernel.cgm, "regrow": lambda _: regrow_kernel.regrow(regrow_config),
+                         "cgm+regrow": regrow_kernel.with_regrow}[self.proposal](config)
         return Kernel(data, (config, regrow_config, self.proposal, betas), with_tempering(algorithm, betas, chain_method))
 
     def _edit_data(self, problem, where: str) -> edit_kernel.EditData:
