@@ -118,3 +118,39 @@ def test_regrow_matches_exact_posterior(with_cgm):
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     assert set(sampled) <= set(exact)
     assert _tv(sampled, exact) < 0.04
+
+
+@pytest.mark.parametrize("tree_sampler", ["grow-prune", "cgm"])
+def test_one_bart_tree_matches_exact_posterior(tree_sampler):
+    """BART with one tree and sigma2 fixed on the categorical + missing data: the residual is y,
+    so the trees follow p(T) p(y | T) with the leaf values integrated out.  The exact posterior
+    takes each tree's log prior from the enumerator and its marginal likelihood from scipy's
+    normal density of each leaf's rows (leaves from the enumerator's own string routing)."""
+    from scipy.stats import multivariate_normal
+
+    from bdtree_jax.exact.categorical import string_leaf_partition
+    from bdtree_jax.kernels import bart
+    from bdtree_jax.likelihoods import BARTLeafNormal
+
+    sigma2, tau2 = 1.0, 0.5
+    prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2, valid_cuts="ancestors")
+    grid, data = _kernel_data(X, prior)
+    f32 = lambda v: jax.numpy.asarray(v, jax.numpy.float32)  # noqa: E731
+    td = data._replace(likelihood=BARTLeafNormal(f32(sigma2), f32(tau2)))
+    bart_data = bart.BARTData(td, f32(Y), f32(3.0), f32(1.0), f32(sigma2), f32(1.0))
+    config = bart.BARTConfig(1, 2, tree_sampler, sample_sigma=False, record_trees=True, general_rules=True)
+    traces, _ = run_chains(bart.bart(config), bart_data, key=jax.random.key(4), num_chains=4, num_iterations=60_000,
+                           progress=False)
+    traces = dict(traces, tree=jax.tree.map(lambda a: a[:, :, 0], traces["tree"]))
+    sampled = _frequencies(traces, grid.thresholds)
+
+    trees = enumerate_mixed_trees(X, LIK.point_stats(Y), prior, LIK, categorical=CATEGORICAL)
+    log_post = []
+    for s, log_prior, _ in trees:
+        log_lik = sum(multivariate_normal(np.zeros(len(g)), sigma2 * np.eye(len(g)) + tau2).logpdf(Y[sorted(g)])
+                      for g in string_leaf_partition(s, X))
+        log_post.append(log_prior + log_lik)
+    log_post = np.array(log_post)
+    exact = {s: float(p) for (s, _, _), p in zip(trees, np.exp(log_post - logsumexp(log_post)))}
+    assert set(sampled) <= set(exact)
+    assert _tv(sampled, exact) < 0.04

@@ -35,44 +35,32 @@ and after the last tree ``sigma2`` is drawn from its inverse-gamma conditional
 ``"grow-prune"`` runs the sweep in two passes (:func:`_grow_prune_sweep`): the proposals of all
 trees vectorized, then a lean sequential ``lax.scan`` making a few passes over each tree's rows;
 no (M, n) array is built per sweep beyond the rows' leaves it keeps (uint8 up to depth 7).
-``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the unchanged single-tree kernels
-on a :class:`~bdtree_jax.kernels._moves.CGMState` and a :class:`~bdtree_jax.data.TreeData` whose
-``point_stats`` and ``likelihood`` are swapped in.  Every shape is fixed (``M`` trees of
-``2**(max_depth+1) - 1`` heap slots), so one run compiles once whatever the trees.
+``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the single-tree kernels on a
+:class:`~bdtree_jax.data.TreeData` whose ``point_stats`` and ``likelihood`` are swapped in; so
+does every sampler on data with categorical features or missing values
+(:mod:`~bdtree_jax.kernels.bart_general`).  Every shape is fixed, so a run compiles once.
 
 Binary outcomes (``BARTConfig(outcome="binary")``, :class:`~bdtree_jax.estimators.BARTClassifier`): probit BART with
 Albert & Chib (1993) latents, as Chipman et al. (2010, §4.2) and bartz's ``outcome_type="binary"``::
 
     P(y_i = 1) = Phi(offset + sum_m g(x_i; T_m, mu_m)),  i.e.  z_i ~ N(offset + f(x_i), 1),  y_i = 1{z_i > 0}
 
-``sigma = 1`` is fixed, ``offset = Phi^-1(mean(y))`` (bartz's choice; the trees then model the
-departure from the base rate, and the leaf prior is centred at 0 as for regression), leaf values
-``mu ~ N(0, tau2)`` with ``tau = 3 / (k sqrt(M))`` (Chipman 2010's binary default, ``k = 2``: the
-sum of trees has prior sd 1.5 on the probit scale).  ``BARTData.y`` holds the 0/1 labels.  A
-sweep first draws every latent from its truncated normal conditional (``z_i > 0`` when ``y_i = 1``,
-``z_i < 0`` when ``y_i = 0``; :func:`draw_latents`), then backfits all trees on the latent
-residual ``z - offset`` exactly as above (the same scan, ``sigma2 = 1``), and draws no ``sigma``.
-The latents are not kept: given the trees they are redrawn from their full conditional, so the
-sweep is a Gibbs sampler of ``p(trees, leaves, z | y)`` whose marginal in the trees is the target.
+``sigma = 1``, ``offset = Phi^-1(mean(y))`` (bartz's choice), leaf values ``mu ~ N(0, tau2)``
+with ``tau = 3 / (k sqrt(M))`` (Chipman 2010's binary default, ``k = 2``).  ``BARTData.y`` holds
+the 0/1 labels.  A sweep first draws every latent from its truncated normal conditional
+(:func:`draw_latents`), then backfits all trees on ``z - offset`` as above (``sigma2 = 1``).  The
+latents are not kept (redrawn from their full conditional given the trees): a Gibbs sampler of
+``p(trees, leaves, z | y)``.
 
-State (one chain), :class:`BARTState`: the ``M`` trees as one ``CGMState`` with a leading tree axis
-(its rows' leaves, valid-cut bounds, log-prior and every node's row count are kept; the residual
-statistics and log-likelihood are recomputed when the tree is visited, only as far as the tree
-sampler reads them), ``leaf_values (M, N)`` (0 off the leaves), the total fit at the training
-rows ``(n,)`` (updated tree by tree and recomputed exactly from the trees every
-:data:`FIT_REFRESH` sweeps, so float32 round-off does not accumulate), ``sigma2 ()``, the sweep
-count and every node's splittability.
+State (one chain), :class:`BARTState`.
 
 Trace per iteration (:func:`trace`): ``sigma``, ``train_rmse`` and ``train_log_lik`` (the normal
 log-likelihood of the training ``y``; original ``y`` units) -- for binary outcomes instead
 ``train_accuracy``, ``train_log_lik`` (Bernoulli, ``sum log Phi(+-f)``), ``fit_mean`` and ``fit_sd``
-(mean and sd over the training rows of the latent ``f = offset + sum of trees``) --, mean
-leaves and depth per tree, the fraction of trees at ``max_depth`` and of trees changed, and the
-trees themselves: ``tree`` (``is_split`` bool, ``feature`` int8/16, ``cut`` int8/16/32, each
-``(M, N)``) and ``leaf_values (M, N)`` float32 (``BARTConfig(leaf_dtype="bfloat16")``: 2 bytes),
-needed to predict at new inputs.  That is
-``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8 features and int16 cuts: 101 KB
-for ``M = 200, max_depth = 5`` (1000 draws of 4 chains: 0.4 GB).  The driver records warm-up
+(of the latent ``f = offset + sum of trees``) --, mean leaves and depth per tree, the fractions of
+trees at ``max_depth`` and changed, and the trees: ``tree`` (``(M, N)`` each) and ``leaf_values
+(M, N)`` float32 (or bfloat16), ``M N (1 + 1 + 2 + 4)`` bytes per iteration and chain for int8
+features and int16 cuts: 101 KB for ``M = 200, max_depth = 5``.  The driver records warm-up
 iterations too (dropped after the run).  ``BARTConfig(record_trees=False)`` keeps only the scalars.
 """
 
@@ -92,8 +80,8 @@ from ..data import TreeData
 from ..likelihoods import BARTLeafNormal
 from ..priors import node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
 from ..problem.bart import BARTData, feature_bins
-from ..tree import Tree, leaf_nodes, n_nodes, tree_summaries
-from . import cgm, pg
+from ..tree import leaf_nodes, n_nodes, tree_summaries
+from . import bart_general, cgm, cgm_general, pg
 from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
 
@@ -139,6 +127,7 @@ class BARTConfig:
     leaf_dtype : float type of the recorded leaf values, one of :data:`LEAF_DTYPES` ("float32";
         "bfloat16" or "float16" halve the trace's largest part; the sampler itself always works
         in float32, only the record is rounded).
+    general_rules : categorical features or missing values (:mod:`~bdtree_jax.kernels.bart_general`).
     """
 
     n_trees: int
@@ -152,8 +141,12 @@ class BARTConfig:
     record_trees: bool = True
     outcome: str = "continuous"
     leaf_dtype: str = "float32"
+    general_rules: bool = False
 
     def __post_init__(self):
+        if self.general_rules and self.tree_sampler == "pg":
+            raise ValueError("tree_sampler='pg' does not support categorical features or missing values yet; "
+                             "use 'grow-prune' or 'cgm'.")
         if self.leaf_dtype not in LEAF_DTYPES:
             raise ValueError(f"leaf_dtype must be one of {LEAF_DTYPES}; got {self.leaf_dtype!r}.")
         if self.outcome not in OUTCOMES:
@@ -179,7 +172,8 @@ class BARTConfig:
     @property
     def cgm(self) -> cgm.CGMConfig:
         moves = GROW_PRUNE_MOVES if self.tree_sampler == "grow-prune" else CGM_MOVES
-        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, moves, tuple(self.trace_dtypes), self.incremental)
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, moves, tuple(self.trace_dtypes), self.incremental,
+                             self.general_rules)
 
     @property
     def pg(self) -> pg.PGConfig:
@@ -282,7 +276,7 @@ def _update_tree(key, uniforms, state: CGMState, data: TreeData, config: BARTCon
 def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
     """Every tree a stump with leaf value 0, ``sigma2 = sigma2_init``.  ``key`` is unused."""
     del key
-    stump = _narrow_ids(cgm.init(None, data.tree_data, config.cgm))
+    stump = _narrow_ids((cgm_general.init if config.general_rules else cgm.init)(None, data.tree_data, config.cgm))
     M = config.n_trees
     trees = jax.tree.map(lambda a: jnp.broadcast_to(a, (M,) + jnp.shape(a)), stump)
     n = data.y.shape[0]
@@ -300,6 +294,8 @@ def _narrow_ids(trees: CGMState) -> CGMState:
 
 def _can_split(trees: CGMState, data: BARTData) -> Array:
     """(M, N) bool :func:`~bdtree_jax.priors.splittable` of every tree's nodes."""
+    if trees.levels is not None or data.tree_data.missing_code is not None:
+        return bart_general.can_split(trees, data.tree_data.split_prob)
     return splittable(trees.lo, trees.hi, data.tree_data.split_prob)
 
 
@@ -320,8 +316,9 @@ def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
     M = config.n_trees
     N = n_nodes(config.max_depth)
     k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
-    tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" else jnp.zeros((M,), jnp.uint32)
-    return SweepDraws(jax.random.uniform(k_moves, (M, 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
+    tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" or config.general_rules else jnp.zeros(
+        (M,), jnp.uint32)
+    return SweepDraws(jax.random.uniform(k_moves, (M, 6 if config.general_rules else 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
 
 
 def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:
@@ -343,7 +340,10 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
     else:
         target = data.y
 
-    if config.tree_sampler == "grow-prune":
+    if config.general_rules:
+        total, values, changed, trees, can_split = bart_general.sweep(state, data, target, total, sigma2, uniforms,
+                                                                      normals, tree_keys, config)
+    elif config.tree_sampler == "grow-prune":
         total, values, changed, trees, can_split = _grow_prune_sweep(state, data, target, total, sigma2, uniforms,
                                                                      normals, config)
     else:
@@ -608,7 +608,7 @@ def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
         accepted=jnp.mean(info.accepted.astype(jnp.float32)),
     )
     if config.record_trees:
-        out["tree"] = Tree(t.is_split, t.feature.astype(config.trace_dtypes[0]), t.cut.astype(config.trace_dtypes[1]))
+        out["tree"] = t._replace(feature=t.feature.astype(config.trace_dtypes[0]), cut=t.cut.astype(config.trace_dtypes[1]))
         out["leaf_values"] = state.leaf_values.astype(config.leaf_dtype)
     return out
 
