@@ -22,12 +22,13 @@ LEAF_OPTIONS = tuple(dict.fromkeys(k for keys in LIKELIHOOD_OPTIONS.values() for
 def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior | None = None, likelihood=None,
            tempering=None, num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
            progress: bool | None = None, checkpoint=None, block_size: int | None = None, devices=None,
-           chain_method: str | None = None, data_shards: int = 1, thin: int = 1, **deprecated):
+           chain_method: str | None = None, data_shards: int = 1, thin: int = 1, categorical_features="from_dtype",
+           missing: str = "mia", **deprecated):
     """Sample the posterior over trees for data ``(X, y)``.
 
     Parameters
     ----------
-    X : array-like or DataFrame of shape (n_samples, n_features), numeric.
+    X : array-like or DataFrame (n_samples, n_features); categorical columns and NaN allowed.
     y : array-like of shape (n_samples,): class labels or a real response.
     method : str or Method, default "cgm"
         A method object (:class:`~bdtree_jax.methods.CGM`, :class:`~bdtree_jax.methods.RJHMC`,
@@ -37,17 +38,16 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     task : {"classification", "regression"}, default "classification"
     prior : TreePrior or None (the default ``TreePrior()``).
     likelihood : None, a mapping or a likelihood, default None
-        The leaf model (:func:`~bdtree_jax.problem.build_problem`): None for the task's default;
-        a mapping of its hyperparameters, ``{"concentration": 0.5}`` (classification) or any of
-        ``nu``, ``lam``, ``a``, ``mu_bar`` (regression; absent or None: data-based defaults); or a
-        :class:`~bdtree_jax.likelihoods.DirichletMultinomial` /
-        :class:`~bdtree_jax.likelihoods.NormalMeanShift`.
-    tempering : Tempering or None
-        Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
+        The leaf model: None for the task's default, a mapping of its hyperparameters
+        (``{"concentration": 0.5}``, ``{"nu": 5.0}`` ...; :func:`~bdtree_jax.problem.build_problem`) or an instance.
+    tempering : Tempering or None: Metropolis-coupled MCMC (MCMC methods only).
     num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method, data_shards, thin
         The run's options (:class:`~bdtree_jax.methods.RunOptions`): ``data_shards`` splits every
         chain's rows over that many devices, ``thin`` keeps every ``thin``-th draw after warm-up
         (``num_samples`` draws kept).
+    categorical_features, missing
+        Categorical columns (default "from_dtype") and missing cells ("mia" or "error"): as
+        :func:`~bdtree_jax.problem.build_problem` (docs/categorical-missing.md; method "cgm" only).
     **deprecated
         The flat keywords of earlier versions: method options (``proposal=``,
         ``num_particles=`` ...; :func:`~bdtree_jax.methods.from_flat`), ``n_temperatures=`` /
@@ -75,7 +75,8 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
                              chain_method, data_shards, thin)
     except ValueError as e:
         raise ValueError(where + str(e)) from None
-    problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where, **method.problem_options())
+    problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where,
+                            categorical_features=categorical_features, missing=missing, **method.problem_options())
     return method.run(problem, options, tempering, where=where)
 
 

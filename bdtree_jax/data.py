@@ -13,11 +13,12 @@ import warnings
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
 from ._types import Array
+from .features import NonNumericInputError, read_table
+from .tree import MISSING_CODE
 
 __all__ = [
     "TreeData",
@@ -28,6 +29,7 @@ __all__ = [
     "SPLIT_PRIORS",
     "VALID_CUTS",
     "check_X",
+    "NonNumericInputError",
     "check_classification_y",
     "check_regression_y",
 ]
@@ -87,6 +89,14 @@ class TreeData(NamedTuple):
         cuts are ``[0, cut_count)`` and a node's follow from its ancestors' rules alone.  None
         (``valid_cuts="data"``, CGM98): a node's valid cuts are those that split its rows.  Its
         presence selects the rule at trace time, as the pinball tables do.
+    level_masks : (F, W) uint32 or None
+        Every level of each categorical feature as a bit mask (bit ``l % 32`` of word ``l // 32``;
+        zeros for ordered features); None when every feature is ordered
+        (docs/categorical-missing.md).  A categorical feature's codes are its level indices, and a
+        rule on it is the tree's ``levels_left`` mask of ``W`` words.
+    missing_code : () int32 or None
+        The code of a missing value (:data:`bdtree_jax.tree.MISSING_CODE`) when the model carries
+        missing-value bits (the tree's ``nan_left``); None otherwise.
     """
 
     bins: Array
@@ -100,6 +110,8 @@ class TreeData(NamedTuple):
     bin_onehot: Array | None = None
     cut_count: Array | None = None
     bin_bits: Array | None = None
+    level_masks: Array | None = None
+    missing_code: Array | None = None
 
 
 #: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.
@@ -110,37 +122,100 @@ MAX_BITSET_BINS = 32
 
 @dataclass(frozen=True, eq=False)
 class SplitGrid:
-    """Candidate split thresholds of every feature.
+    """Candidate split thresholds of every feature, and how inputs become codes (docs/categorical-missing.md).
 
     Attributes
     ----------
     thresholds : (F, C) float64
         Midpoints between consecutive distinct training values of each feature (all of them, or
         ``max_cuts`` at quantiles: :func:`make_split_grid`), ascending, padded with ``+inf`` to
-        the largest count ``C`` (at least 1).
+        the largest count ``C`` (at least 1).  A categorical feature has none.
     n_cuts : (F,) int64
-        Number of real candidates per feature (0 for a constant feature).
+        Number of real candidates per feature (0 for a constant or categorical feature).
     widths : (F, C) float64 or None
         Width ``u_{c+1} - u_c`` of the gap between the two consecutive distinct training values
         that cut ``c`` separates (0 for the padding); the ``"range"`` split prior weights cuts by
         it (:func:`cut_cumwidth`).
+    level_count : (F,) int64
+        Number of levels of a categorical feature, 0 for an ordered one.
+    levels : tuple of F entries
+        A categorical feature's level labels ((L,) object array; its codes are their indices),
+        None for an ordered feature.  Prediction encodes new tables with them
+        (:meth:`encode`).
+    missing_code : int or None
+        The code of a missing value (and of a level unseen at fit):
+        :data:`~bdtree_jax.tree.MISSING_CODE`, larger than any other code.  None when the model
+        carries no missing-value bits (training data without a missing cell and without a
+        categorical feature): a missing value is then an error.
     """
 
     thresholds: np.ndarray
     n_cuts: np.ndarray
     widths: np.ndarray | None = None
+    level_count: np.ndarray | None = None
+    levels: tuple | None = None
+    missing_code: int | None = None
+
+    def __post_init__(self):
+        self._fill_defaults(self.__dict__)
+
+    def __setstate__(self, state):  # pickles of grids made before these fields existed
+        self._fill_defaults(state)
+        self.__dict__.update(state)
+
+    @staticmethod
+    def _fill_defaults(state: dict) -> None:
+        F = np.asarray(state["thresholds"]).shape[0]
+        if state.get("levels") is None:
+            state["levels"] = (None,) * F
+        state["levels"] = tuple(state["levels"])
+        if state.get("level_count") is None:
+            state["level_count"] = np.array([0 if lv is None else len(lv) for lv in state["levels"]], np.int64)
+        state.setdefault("missing_code", None)
 
     @property
     def n_features(self) -> int:
         return self.thresholds.shape[0]
 
+    @property
+    def categorical(self) -> np.ndarray:
+        """(F,) bool: which features are categorical."""
+        return np.array([lv is not None for lv in self.levels], bool)
+
     def bin(self, X: np.ndarray) -> np.ndarray:
-        """Bin codes (n, F) int32 of inputs ``X`` (n, F): count of thresholds strictly below."""
+        """Codes (n, F) int32 of encoded inputs ``X`` (n, F) float (:meth:`encode`): an ordered
+        feature's bin (count of thresholds strictly below the value), a categorical feature's
+        level index, ``missing_code`` for NaN (and for a categorical value that is not a level
+        index); NaN without a ``missing_code`` is a ``ValueError``."""
         X = np.asarray(X, float)
         out = np.empty(X.shape, np.int32)
         for f in range(self.n_features):
-            out[:, f] = np.searchsorted(self.thresholds[f, : self.n_cuts[f]], X[:, f], side="left")
+            col, lv = X[:, f], self.levels[f]
+            if lv is None:
+                out[:, f] = np.searchsorted(self.thresholds[f, : self.n_cuts[f]], col, side="left")
+                missing = np.isnan(col)
+            else:
+                with np.errstate(invalid="ignore"):
+                    missing = ~((col >= 0) & (col < len(lv)) & (col == np.floor(col)))
+                out[:, f] = np.where(missing, 0, np.nan_to_num(col)).astype(np.int32)
+            if missing.any():
+                if self.missing_code is None:
+                    raise ValueError(f"X has missing values (NaN) in column {f}, but the model saw no missing values "
+                                     "in training (and has no categorical feature); impute them.")
+                out[missing, f] = self.missing_code
         return out
+
+    def encode(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
+        """New rows ``X`` (a table like the training one) as the (n, F) float matrix :meth:`bin`
+        reads: categorical columns through the levels of the fit (an unseen level is missing),
+        missing cells as NaN (a ``ValueError`` naming the column when ``missing_code`` is None);
+        ``feature_names``: the names a DataFrame's columns must have."""
+        X, _ = check_X(X, name=name, estimator=estimator, grid=self, feature_names=feature_names)
+        return X
+
+    def codes(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
+        """``bin(encode(X))``: the (n, F) int32 codes of new rows."""
+        return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator))
 
 
 def check_max_cuts(max_cuts, where: str = "") -> None:
@@ -150,7 +225,7 @@ def check_max_cuts(max_cuts, where: str = "") -> None:
         raise ValueError(f"{where}max_cuts must be a positive integer or None; got {max_cuts!r}.")
 
 
-def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
+def make_split_grid(X: np.ndarray, max_cuts: int | None = None, levels=None) -> SplitGrid:
     """Split candidates: midpoints between consecutive distinct values of each column of X.
 
     With ``max_cuts``, a feature with more than ``max_cuts`` such midpoints keeps ``max_cuts`` of
@@ -159,10 +234,22 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
     ``max_cuts + 1`` groups of nearly equal counts.  A kept cut's ``widths`` entry is then the
     length of the stretch of the axis it stands for (half-way to its neighbouring kept cuts, the
     data's range at the ends), so the ``"range"`` split prior still weighs cuts by length.
+
+    ``X`` is encoded (:func:`check_X`): NaN marks a missing cell, which no threshold counts.
+    ``levels`` (per feature, None for an ordered one; default all ordered) are the categorical
+    features' level labels: such a feature has no thresholds.  The grid has a ``missing_code``
+    when ``X`` has a missing cell or a feature is categorical.
     """
     check_max_cuts(max_cuts)
     X = np.asarray(X, float)
-    values = [np.unique(X[:, f]) for f in range(X.shape[1])]
+    levels = (None,) * X.shape[1] if levels is None else tuple(levels)
+    if len(levels) != X.shape[1]:
+        raise ValueError(f"levels has {len(levels)} entries; X has {X.shape[1]} features.")
+    has_nan = bool(np.isnan(X).any())
+    values = []
+    for f in range(X.shape[1]):
+        col = X[:, f]
+        values.append(np.empty(0) if levels[f] is not None else np.unique(col[~np.isnan(col)] if has_nan else col))
     cuts, gaps = [], []
     for u in values:
         mid, gap = (u[:-1] + u[1:]) / 2.0, np.diff(u)
@@ -183,7 +270,9 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None) -> SplitGrid:
     for f, (c, g) in enumerate(zip(cuts, gaps)):
         thresholds[f, : len(c)] = c
         widths[f, : len(g)] = g
-    return SplitGrid(thresholds, n_cuts, widths)
+    level_count = np.array([0 if lv is None else len(lv) for lv in levels], np.int64)
+    missing_code = MISSING_CODE if has_nan or any(lv is not None for lv in levels) else None
+    return SplitGrid(thresholds, n_cuts, widths, level_count, levels, missing_code)
 
 
 SPLIT_PRIORS = ("uniform", "range")
@@ -270,76 +359,40 @@ def code_features(X: np.ndarray, n_buckets=None) -> tuple[np.ndarray, list[np.nd
 # Validation at the public edge
 
 
-class NonNumericInputError(ValueError, TypeError):
-    """Input that cannot be read as numbers: a ``ValueError`` like every other bad input, and a
-    ``TypeError`` as scikit-learn's validation raises for it."""
+def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1, categorical_features=None,
+            missing: str = "error", grid: SplitGrid | None = None, feature_names=None, return_levels: bool = False):
+    """Validate a feature matrix (:func:`~bdtree_jax.features.read_table`).
 
-
-def check_X(X, *, name: str = "X", estimator: str = "", min_rows: int = 1):
-    """Validate a feature matrix.
+    By default every column must be numeric and finite, as the methods without categorical and
+    missing-value support need.  At fit, ``categorical_features`` ("from_dtype", indices, names or
+    a boolean mask) and ``missing="mia"`` accept categorical columns and missing cells
+    (docs/categorical-missing.md); ``return_levels`` also returns the categorical features' levels.
+    At prediction, ``grid`` (the fit's :class:`SplitGrid`) encodes categorical columns with its
+    levels and allows missing cells iff it has a ``missing_code``; a DataFrame's columns must then
+    be ``feature_names`` when given.
 
     Returns
     -------
-    X : (n, F) float64 ndarray
+    X : (n, F) float64 ndarray (categorical features: level indices; NaN: a missing cell)
     feature_names : list of str or None (from a DataFrame's columns)
+    levels : (with ``return_levels``) per feature, its level labels or None (ordered).
 
     Raises
     ------
     ValueError
-        Non-numeric columns, wrong dimension, NaN or infinite values, too few rows.
+        Non-numeric columns that are not categorical, wrong dimension, missing cells (unless
+        allowed) or infinite values, too few rows, more than 64 levels, unknown
+        ``categorical_features``.
     """
-    where = f"{estimator}: " if estimator else ""
-    feature_names = None
-    if X is None:
-        raise ValueError(f"{where}{name} is None; expected an array-like of shape (n_samples, n_features).")
-    if sp.issparse(X):
-        raise ValueError(
-            f"{where}sparse data was passed for {name}, but dense data is required; use X.toarray()."
-        )
-    if isinstance(X, pd.DataFrame):
-        bad = [str(c) for c in X.columns if not pd.api.types.is_numeric_dtype(X[c]) or pd.api.types.is_bool_dtype(X[c])]
-        if bad:
-            raise ValueError(
-                f"{where}{name} has non-numeric columns {bad}; encode them as numbers first "
-                "(e.g. pandas.get_dummies or an OrdinalEncoder)."
-            )
-        feature_names = [str(c) for c in X.columns]
-        X = X.to_numpy(dtype=float)
+    if grid is not None:
+        table = read_table(X, missing="error" if grid.missing_code is None else "mia", levels=grid.levels,
+                           feature_names=feature_names, name=name, estimator=estimator, min_rows=min_rows)
     else:
-        arr = np.asarray(X)
-        if arr.dtype.kind == "c":
-            raise ValueError(f"{where}Complex data not supported in {name}.")
-        if arr.dtype.kind not in "biuf":
-            try:
-                arr = arr.astype(float)
-            except (TypeError, ValueError) as exc:
-                raise NonNumericInputError(
-                    f"{where}{name} must be numeric; got an array of dtype {arr.dtype} with "
-                    f"values that are not numbers ({exc})."
-                ) from None
-        X = arr.astype(float)
-    if X.ndim == 1:
-        raise ValueError(
-            f"{where}{name} must be 2-D of shape (n_samples, n_features); got a 1-D array of "
-            f"length {X.shape[0]}. Reshape your data with X.reshape(-1, 1) for a single feature."
-        )
-    if X.ndim != 2:
-        raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); got shape {X.shape}.")
-    if X.shape[1] < 1:
-        raise ValueError(
-            f"{where}{name} has 0 feature(s) (shape=({X.shape[0]}, 0)) while a minimum of 1 is required."
-        )
-    if X.shape[0] < min_rows:
-        raise ValueError(
-            f"{where}{name} has n_samples={X.shape[0]}; at least {min_rows} are needed."
-        )
-    if not np.all(np.isfinite(X)):
-        n_nan = int(np.isnan(X).sum())
-        n_inf = int(np.isinf(X).sum())
-        raise ValueError(
-            f"{where}{name} contains {n_nan} NaN and {n_inf} infinite values; impute or drop them first."
-        )
-    return X, feature_names
+        table = read_table(X, categorical_features=categorical_features, missing=missing, name=name,
+                           estimator=estimator, min_rows=min_rows)
+    if return_levels:
+        return table.X, table.feature_names, table.levels
+    return table.X, table.feature_names
 
 
 def _as_1d(y, name: str, where: str, n: int) -> np.ndarray:

@@ -108,13 +108,15 @@ def _bad_inputs():
     ynan = y.to_numpy(dtype=object).copy()
     ynan[0] = None
     return [
-        ("nan in X", dict(X=nan, y=y), {}, "NaN"),
+        ("nan in X", dict(X=nan, y=y), dict(missing="error"), "NaN"),
+        ("nan in X, pg", dict(X=nan, y=y), dict(method="pg"), "method='pg' does not support missing values"),
         ("inf in X", dict(X=inf, y=y), {}, "infinite"),
         ("nan in y", dict(X=Xn, y=ynan), {}, "missing"),
         ("lengths", dict(X=Xn, y=y[:-1]), {}, "must match"),
         ("one class", dict(X=Xn, y=np.zeros(150)), {}, "only one class"),
         ("too few rows", dict(X=Xn[:5], y=y[:5]), dict(min_leaf_size=3), "2 \\* min_leaf_size"),
-        ("strings", dict(X=strings, y=y), {}, "non-numeric columns \\['sepal_length'\\]"),
+        ("strings", dict(X=strings, y=y), dict(categorical_features=None), "non-numeric columns \\['sepal_length'\\]"),
+        ("strings, smc", dict(X=strings, y=y), dict(method="smc"), "method='smc' does not support categorical"),
         ("string array", dict(X=np.array([["a", "b"]] * 10), y=[0, 1] * 5), {}, "must be numeric"),
         ("unknown method", dict(X=Xn, y=y), dict(method="magic"), "unknown method 'magic'"),
         ("max_depth", dict(X=Xn, y=y), dict(max_depth=0), "max_depth must be an integer >= 1"),
@@ -140,10 +142,12 @@ def test_regression_bad_y():
         bd.BayesianTreeRegressor(**FAST).fit(X, np.array(["a"] * 20))
 
 
-def test_dataframe_with_boolean_column_is_rejected():
+def test_dataframe_with_boolean_column_is_rejected_without_categorical_features():
+    """A bool column is categorical by default (docs/categorical-missing.md); with
+    ``categorical_features=None`` every column must be numeric."""
     X = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [True, False, True, False]})
     with pytest.raises(ValueError, match="non-numeric columns \\['b'\\]"):
-        bd.BayesianTreeClassifier(**FAST).fit(X, [0, 1, 0, 1])
+        bd.BayesianTreeClassifier(**FAST, categorical_features=None).fit(X, [0, 1, 0, 1])
 
 
 @pytest.mark.parametrize(

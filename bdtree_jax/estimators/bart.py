@@ -83,7 +83,11 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         """The options both problem builders take, from the (checked) parameters."""
         return dict(n_trees=int(self.n_trees), max_depth=int(self.max_depth), alpha=float(self.alpha),
                     beta=float(self.beta), k=float(self.k), split_prior=self.split_prior, max_cuts=self.max_cuts,
-                    valid_cuts=self.valid_cuts, estimator=type(self).__name__)
+                    valid_cuts=self.valid_cuts, categorical_features=self.categorical_features, missing=self.missing,
+                    estimator=type(self).__name__)
+
+    def _sampler_name(self) -> str:
+        return "bart"
 
     def _run(self, problem: BARTProblem, fingerprint: tuple):
         """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
@@ -185,6 +189,12 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     leaf_dtype : "float32", "bfloat16" or "float16", default "float32"
         Float type the kept leaf values are stored in (the sampler works in float32; a 2-byte
         type takes a quarter off a kept draw of 200 trees, docs/memory.md).
+    categorical_features : "from_dtype", None, or column indices, names or a boolean mask
+        Which columns of ``X`` are categorical (as :class:`~bdtree_jax.BayesianTreeClassifier`).
+    missing : {"mia", "error"}, default "mia"
+        Missing cells in ``X``: routed, or refused.  BART does not support categorical features
+        or missing cells yet: fit refuses them (a ``ValueError`` naming the column) before
+        anything is compiled; one-hot encode and impute first.
 
     Attributes
     ----------
@@ -218,6 +228,8 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         data_shards: int = 1,
         thin: int = 1,
         leaf_dtype: str = "float32",
+        categorical_features="from_dtype",
+        missing: str = "mia",
     ):
         self._store(locals())
 
@@ -253,7 +265,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     Parameters
     ----------
     n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
-    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin, leaf_dtype
+    num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin, leaf_dtype,
+    categorical_features, missing
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
@@ -293,6 +306,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         data_shards: int = 1,
         thin: int = 1,
         leaf_dtype: str = "float32",
+        categorical_features="from_dtype",
+        missing: str = "mia",
     ):
         self._store(locals())
 

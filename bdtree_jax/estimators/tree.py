@@ -85,11 +85,15 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
         except ValueError as e:
             raise ValueError(where + str(e)) from None
         problem = build_problem(X, y, task=self._task, prior=prior, where=where, **method.problem_options(),
-                                likelihood={k: getattr(self, k) for k in self._leaf_options})
+                                likelihood={k: getattr(self, k) for k in self._leaf_options},
+                                categorical_features=self.categorical_features, missing=self.missing)
         tempering = self.tempering if flat_tempering is None else flat_tempering
         self.posterior_ = method.run(problem, options, tempering, where=where)
         self._record_features(problem.n_features, problem.feature_names)
         return self
+
+    def _sampler_name(self) -> str:
+        return self.method.name if isinstance(self.method, Method) else str(self.method)
 
     def map_tree_text(self) -> str:
         """Text of the MAP tree with feature names and leaf summaries."""
@@ -130,6 +134,13 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         ``thin``-th draw after warm-up (``num_samples`` kept).
     progress : bool or None, default False
         Show a progress bar (None: when stderr is a terminal).
+    categorical_features : "from_dtype", None, or column indices, names or a boolean mask
+        Which columns of ``X`` are categorical (default: a DataFrame's ``category``,
+        object/string and ``bool`` columns; None: none).  At most 64 levels each; a level unseen
+        at ``fit`` is routed as a missing value at prediction (docs/categorical-missing.md).
+    missing : {"mia", "error"}, default "mia"
+        Missing cells (NaN, None) in ``X``: routed by a missing-value bit of every rule, or
+        refused.  Categorical features and missing cells need ``method="cgm"`` for now.
     **deprecated
         The flat method keywords of earlier versions (``proposal=``, ``num_particles=``,
         ``n_temperatures=`` ...: :func:`~bdtree_jax.methods.from_flat`); ``fit`` maps them onto the
@@ -160,7 +171,8 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
                  pinball_max_leaves: int | None = None, concentration: float = 1.0, tempering=None,
                  num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
                  progress: bool | None = False, checkpoint: str | None = None, block_size: int | None = None,
-                 chain_method: str | None = None, data_shards: int = 1, thin: int = 1, **deprecated):
+                 chain_method: str | None = None, data_shards: int = 1, thin: int = 1,
+                 categorical_features="from_dtype", missing: str = "mia", **deprecated):
         _store(self, locals())
 
     def fit(self, X, y):
@@ -211,7 +223,8 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
                  a: float | None = None, mu_bar: float | None = None, tempering=None, num_warmup: int = 1000,
                  num_samples: int = 1000, num_chains: int = 4, seed: int = 0, progress: bool | None = False,
                  checkpoint: str | None = None, block_size: int | None = None, chain_method: str | None = None,
-                 data_shards: int = 1, thin: int = 1, **deprecated):
+                 data_shards: int = 1, thin: int = 1, categorical_features="from_dtype", missing: str = "mia",
+                 **deprecated):
         _store(self, locals())
 
     def fit(self, X, y):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._types import Array
-from ..data import SplitGrid, check_X
+from ..data import SplitGrid
 from ..problem.bart import BARTProblem
 from ..tree import Tree, leaf_index
 from . import streaming
@@ -38,7 +38,7 @@ def sum_of_trees(trees: Tree, leaf_values: Array, bins: Array) -> Array:
     float32); bins : (n, F) bin codes.
     Returns (D, n) float32 on the model's scale (a scan over the trees: memory ``D n``).
     """
-    trees = Tree(trees.is_split, trees.feature.astype(jnp.int32), trees.cut.astype(jnp.int32))
+    trees = trees._replace(feature=trees.feature.astype(jnp.int32), cut=trees.cut.astype(jnp.int32))
     leaf_values = leaf_values.astype(jnp.float32)
 
     def one_draw(tree_stack, values):
@@ -112,10 +112,8 @@ class BARTPosterior:
         return self.stats["sigma"]
 
     def _bins(self, X) -> np.ndarray:
-        X, _ = check_X(X, estimator=type(self).__name__)
-        if X.shape[1] != self.grid.n_features:
-            raise ValueError(f"X has {X.shape[1]} features; the model was fit on {self.grid.n_features}.")
-        return self.grid.bin(X)
+        """Codes (n, F) of new rows, encoded as at fit."""
+        return self.grid.codes(X, feature_names=self.feature_names, estimator=type(self).__name__)
 
     def _draws_at(self, bins: np.ndarray, chunk: int = 64, start: int = 0, stop: int | None = None) -> np.ndarray:
         """(C * S, stop - start) float64 ``y_offset + y_scale * sum of trees`` at the rows
@@ -125,13 +123,13 @@ class BARTPosterior:
         stop = len(bins) if stop is None else stop
         D = self.num_chains * self.num_draws
         M, N = self.leaf_values.shape[-2:]
-        flat = Tree(*(np.asarray(a).reshape(D, M, N) for a in self.trees))
+        flat = jax.tree.map(lambda a: np.asarray(a).reshape(D, M, N), self.trees)
         values = np.asarray(self.leaf_values).reshape(D, M, N)
         m = stop - start
         draws, rows = streaming.plan(D, m, _CELL, max_draws=chunk)
         out = np.empty((D, m))
         for sel, pad in draw_blocks(np.arange(D), draws):
-            trees, vals = Tree(*(jnp.asarray(a[pad]) for a in flat)), jnp.asarray(values[pad])
+            trees, vals = jax.tree.map(lambda a: jnp.asarray(a[pad]), flat), jnp.asarray(values[pad])
             for s, e in row_blocks(m, rows):
                 f = sum_of_trees(trees, vals, jnp.asarray(pad_rows(bins, start + s, start + e, rows)))
                 out[sel[0] : sel[-1] + 1, s:e] = self.y_offset + self.y_scale * np.asarray(f)[: len(sel), : e - s].astype(
@@ -365,7 +363,7 @@ def bart_posterior_from_traces(traces: dict, problem: BARTProblem, config: Any, 
     return (BARTClassifierPosterior if binary else BARTPosterior)(
         # copies of the kept iterations (a view would keep the warm-up's trees alive), in the
         # dtypes the kernel recorded (narrow integers; leaf values in BARTConfig's leaf dtype)
-        trees=Tree(*(np.array(np.asarray(a)[:, num_warmup:]) for a in traces["tree"])),
+        trees=jax.tree.map(lambda a: np.array(np.asarray(a)[:, num_warmup:]), traces["tree"]),
         leaf_values=np.array(np.asarray(traces["leaf_values"])[:, num_warmup:]),
         stats={k: traces[k][:, num_warmup:] for k in scalars},
         warmup_stats={k: traces[k][:, :num_warmup] for k in scalars},

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..data import SplitGrid, check_X
+from ..data import SplitGrid
 from ..likelihoods import DirichletMultinomial
 from ..priors import TreePrior
-from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
+from ..tree import Tree, distinct_trees, make_tree, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
 from . import streaming
 from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
@@ -291,18 +291,19 @@ class Posterior(_DrawSummaries):
         return self.trees.is_split.shape[1]
 
     def _flat_trees(self) -> Tree:
-        return Tree(*(np.asarray(a).reshape(-1, a.shape[-1]) for a in self.trees))
+        return jax.tree.map(lambda a: np.asarray(a).reshape(-1, a.shape[-1]), self.trees)
 
     def tree(self, chain: int, draw: int) -> Tree:
         """One draw's tree (numpy arrays)."""
-        return Tree(*(np.asarray(a[chain, draw]) for a in self.trees))
+        return jax.tree.map(lambda a: np.asarray(a[chain, draw]), self.trees)
 
     # -- trees as text -------------------------------------------------------------------------
     @functools.cached_property
     def _strings(self) -> list[str]:
         flat = self._flat_trees()
         first, inverse, _ = distinct_trees(flat)
-        names = [to_string(Tree(*(np.asarray(a)[i] for a in flat)), self.grid.thresholds) for i in first]
+        levels = getattr(self.grid, "levels", None)
+        names = [to_string(jax.tree.map(lambda a: np.asarray(a)[i], flat), self.grid.thresholds, levels) for i in first]
         return [names[k] for k in inverse]
 
     def tree_strings(self) -> list[str]:
@@ -328,18 +329,20 @@ class Posterior(_DrawSummaries):
     def tree_text(self, tree: Tree | None = None) -> str:
         """Indented text of ``tree`` (default: the MAP tree) with feature names and leaf values."""
         tree = self.map_tree() if tree is None else tree
-        return tree_text(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree))
+        return tree_text(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree),
+                         levels=getattr(self.grid, "levels", None))
 
     def plot_tree(self, tree: Tree | None = None, ax=None):
         """Matplotlib drawing of ``tree`` (default: the MAP tree)."""
         tree = self.map_tree() if tree is None else tree
-        return plot_tree(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree), ax=ax)
+        return plot_tree(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree), ax=ax,
+                         levels=getattr(self.grid, "levels", None))
 
     def _leaf_labels(self, tree: Tree) -> list[str]:
         n = tree.is_split.shape[-1]
         stats = np.asarray(
             jax.ops.segment_sum(
-                jnp.asarray(self.train_stats), leaf_index(Tree(*map(jnp.asarray, tree)), jnp.asarray(self.train_bins)), n
+                jnp.asarray(self.train_stats), leaf_index(jax.tree.map(jnp.asarray, tree), jnp.asarray(self.train_bins)), n
             )
         )
         means = np.asarray(self.likelihood.leaf_mean(jnp.asarray(stats)))
@@ -354,12 +357,8 @@ class Posterior(_DrawSummaries):
 
     # -- prediction ----------------------------------------------------------------------------
     def _bins(self, X) -> np.ndarray:
-        X, names = check_X(X, name="X")
-        if X.shape[1] != self.grid.n_features:
-            raise ValueError(f"X has {X.shape[1]} features but the posterior was fitted with {self.grid.n_features}.")
-        if names is not None and self.feature_names and names != list(self.feature_names):
-            raise ValueError(f"X has feature names {names} but the posterior was fitted with {list(self.feature_names)}.")
-        return self.grid.bin(X)
+        """Codes (n, F) of new rows, encoded as at fit (categorical levels, missing cells)."""
+        return self.grid.codes(X, feature_names=self.feature_names or None)
 
     _inputs = _bins
 
@@ -388,14 +387,14 @@ class Posterior(_DrawSummaries):
         keys = jax.random.split(jax.random.key(seed), total) if sample else None
         params, sigma2 = [], []
         for sel, pad in draw_blocks(idx, draw_chunk):
-            trees = Tree(*(jnp.asarray(np.asarray(a)[pad]) for a in flat))
+            trees = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)[pad]), flat)
             if sample:
                 p, s2 = _leaf_draws(keys[pad], trees, bins, stats, self.likelihood)
                 sigma2.append(np.asarray(s2)[: len(sel)])
             else:
                 p = _leaf_means(trees, bins, stats, self.likelihood)
             params.append(np.asarray(p)[: len(sel)])
-        out = dict(trees=Tree(*(np.asarray(a)[idx] for a in flat)), params=np.concatenate(params))
+        out = dict(trees=jax.tree.map(lambda a: np.asarray(a)[idx], flat), params=np.concatenate(params))
         if sample:
             out.update(sigma2=np.concatenate(sigma2), keys=keys[idx])
         return out
@@ -410,7 +409,7 @@ class Posterior(_DrawSummaries):
         draw_chunk, rows = streaming.plan(D, m, _row_cell(P), max_draws=chunk)
         out = np.empty((D, m, P), np.float32)
         for sel, pad in draw_blocks(np.arange(D), draw_chunk):
-            trees = Tree(*(jnp.asarray(a[pad]) for a in tables["trees"]))
+            trees = jax.tree.map(lambda a: jnp.asarray(a[pad]), tables["trees"])
             p = jnp.asarray(params[pad])
             if predictive:
                 keys, s2 = tables["keys"][pad], jnp.asarray(tables["sigma2"][pad])
@@ -446,14 +445,14 @@ class Posterior(_DrawSummaries):
         times), in chunks of at most ``chunk`` distinct trees x as many rows as the budget allows,
         so memory is bounded whatever the number of draws and rows."""
         bins = self._bins(X)
-        first, _, counts = distinct_trees([np.asarray(a) for a in self._flat_trees()])
+        first, _, counts = distinct_trees(self._flat_trees())
         weights = counts / counts.sum()
         tables = self._tables(False, idx=first, chunk=chunk)
         n, P = len(bins), tables["params"].shape[-1]
         draw_chunk, rows = streaming.plan(len(first), n, _row_cell(P), max_draws=chunk)
         out = np.zeros((n, P))
         for sel, pad in draw_blocks(np.arange(len(first)), draw_chunk):
-            trees = Tree(*(jnp.asarray(a[pad]) for a in tables["trees"]))
+            trees = jax.tree.map(lambda a: jnp.asarray(a[pad]), tables["trees"])
             params = jnp.asarray(tables["params"][pad])
             for s, e in row_blocks(n, rows):
                 vals = np.asarray(_at_rows(params, trees, jnp.asarray(pad_rows(bins, s, e, rows))))
@@ -546,7 +545,7 @@ class Posterior(_DrawSummaries):
         if pointwise:
             total = C * S
             keys = jax.random.split(jax.random.key(seed), total)
-            flat = Tree(*(np.asarray(a)[:, keep].reshape(total, -1) for a in self.trees))
+            flat = jax.tree.map(lambda a: np.asarray(a)[:, keep].reshape(total, -1), self.trees)
             train_bins, train_stats = jnp.asarray(self.train_bins), jnp.asarray(self.train_stats)
             codes = jnp.asarray(self.train_y)
             loglik, rep, sigma = over_draws(
@@ -569,7 +568,7 @@ class Posterior(_DrawSummaries):
     def save(self, path) -> None:
         """Pickle the posterior (numpy arrays and plain dataclasses only)."""
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-        state["trees"] = tuple(np.asarray(a) for a in self.trees)
+        state["trees"] = tuple(None if a is None else np.asarray(a) for a in self.trees)
         with open(path, "wb") as fh:
             pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -577,7 +576,7 @@ class Posterior(_DrawSummaries):
     def load(cls, path) -> "Posterior":
         with open(path, "rb") as fh:
             state = pickle.load(fh)
-        state["trees"] = Tree(*state["trees"])
+        state["trees"] = make_tree(*state["trees"])
         return cls(**state)
 
 
@@ -688,7 +687,7 @@ def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
     """Split the driver's traces into warm-up and kept draws and build a :class:`Posterior`."""
     # the kept trees in the dtypes the kernel recorded them in (narrow integers), copied so the
     # warm-up part of the trace is not kept alive
-    trees = Tree(*(np.array(np.asarray(a)[:, num_warmup:]) for a in traces["tree"]))
+    trees = jax.tree.map(lambda a: np.array(np.asarray(a)[:, num_warmup:]), traces["tree"])
     names = [k for k in traces if k != "tree"]  # _SCALARS and kernel extras (e.g. swap statistics)
     stats = {k: np.asarray(traces[k][:, num_warmup:]) for k in names}
     stats["log_posterior"] = stats["log_lik"] + stats["log_prior"]

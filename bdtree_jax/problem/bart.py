@@ -23,11 +23,12 @@ import numpy as np
 
 from .._types import Array
 from ..data import SplitGrid, TreeData, check_classification_y, check_regression_y, check_X, make_split_grid
+from ..features import check_supported
 from ..likelihoods import BARTLeafNormal
 from ..priors import TreePrior, make_tree_data
 
 __all__ = ["MAX_CUTS", "BARTData", "BARTProblem", "build_bart_probit_problem", "build_bart_problem",
-           "default_hyperparameters", "feature_bins", "probit_offset"]
+           "default_hyperparameters", "feature_bins", "linear_design", "probit_offset"]
 
 MAX_CUTS = 255  # default candidate cuts per feature: bartz's grid (UniqueQuantileBinner, max_bins=256)
 
@@ -109,13 +110,14 @@ class BARTProblem:
 
 
 def default_hyperparameters(X: np.ndarray, y_scaled: np.ndarray, n_trees: int, *, k: float = 2.0, nu: float = 3.0,
-                            q: float = 0.9) -> dict:
+                            q: float = 0.9, grid: SplitGrid | None = None) -> dict:
     """Chipman et al. (2010)'s calibration on the rescaled response ``y_scaled`` (in [-0.5, 0.5]).
 
     * ``tau = 0.5 / (k sqrt(n_trees))``: the sum of ``M`` leaf values has prior sd ``0.5 / k``
       (``k = 2``: 95% of the prior mass of ``f(x)`` inside the range of ``y``);
     * ``sigma_hat``: residual sd of the least-squares fit of ``y_scaled`` on ``[1, X]``, or
-      ``sd(y_scaled)`` when there are no residual degrees of freedom (or the fit is exact);
+      ``sd(y_scaled)`` when there are no residual degrees of freedom (or the fit is exact); with
+      a ``grid`` of categorical features or missing cells, on :func:`linear_design`'s columns;
     * ``lam = sigma_hat**2 chi2_nu^{-1}(1 - q) / nu``, so that ``P(sigma < sigma_hat) = q`` under
       ``sigma2 ~ nu lam / chi2_nu``.
 
@@ -124,7 +126,7 @@ def default_hyperparameters(X: np.ndarray, y_scaled: np.ndarray, n_trees: int, *
     from scipy.stats import chi2
 
     n = X.shape[0]
-    design = np.column_stack([np.ones(n), X])
+    design = np.column_stack([np.ones(n), X if grid is None else linear_design(X, grid)])
     sigma_hat = 0.0
     if n > design.shape[1]:
         coef, _, rank, _ = np.linalg.lstsq(design, y_scaled, rcond=None)
@@ -136,6 +138,25 @@ def default_hyperparameters(X: np.ndarray, y_scaled: np.ndarray, n_trees: int, *
     lam = sigma_hat**2 * float(chi2.ppf(1.0 - q, nu)) / nu
     tau = 0.5 / (k * np.sqrt(n_trees))
     return dict(tau2=float(tau**2), nu=float(nu), lam=float(lam), sigma_hat=sigma_hat)
+
+
+def linear_design(X: np.ndarray, grid: SplitGrid) -> np.ndarray:
+    """The columns the calibration's least squares reads for encoded inputs ``X`` (level indices,
+    NaN for missing): ``X`` itself without categorical features or missing cells; otherwise a
+    categorical feature's levels one-hot, an ordered feature's missing cells at its mean, plus an
+    indicator column per feature with missing cells."""
+    if grid.missing_code is None:
+        return X
+    columns = []
+    for f in range(X.shape[1]):
+        x, missing = X[:, f], np.isnan(X[:, f])
+        if grid.levels[f] is not None:
+            columns += [(x == level).astype(float) for level in range(len(grid.levels[f]))]
+        else:
+            columns.append(np.where(missing, np.nanmean(x) if not missing.all() else 0.0, x))
+        if missing.any():
+            columns.append(missing.astype(float))
+    return np.column_stack(columns) if columns else np.zeros((X.shape[0], 0))
 
 
 def probit_offset(codes: np.ndarray) -> float:
@@ -158,15 +179,24 @@ def _tree_prior(n_rows: int, **kw) -> TreePrior:
     return prior
 
 
-def _binned(X: np.ndarray, target: np.ndarray, prior: TreePrior, likelihood: BARTLeafNormal,
-            max_cuts: int | None) -> tuple[SplitGrid, np.ndarray, TreeData]:
-    """``X`` (n, F) binned once on its split grid: ``(grid, bins (n, F), TreeData)``; ``target``
-    (n,) fills the TreeData's point statistics (replaced in every tree update)."""
-    grid = make_split_grid(X, max_cuts)
+def _inputs(X, estimator: str, categorical_features, missing: str, max_cuts: int | None):
+    """``(X, names, grid)``: the validated inputs (encoded: level indices, NaN for missing) and
+    their split grid; categorical features and missing cells refused unless BART supports them
+    (:data:`~bdtree_jax.features.SUPPORTS_CATEGORICAL`)."""
+    X, names, levels = check_X(X, estimator=estimator, min_rows=2, categorical_features=categorical_features,
+                               missing=missing, return_levels=True)
+    check_supported("bart", levels, X, names, where=f"{estimator}: ", label="BART")
+    return X, names, make_split_grid(X, max_cuts, levels=levels)
+
+
+def _binned(X: np.ndarray, grid: SplitGrid, target: np.ndarray, prior: TreePrior,
+            likelihood: BARTLeafNormal) -> tuple[np.ndarray, TreeData]:
+    """``X`` (n, F) binned once on its split grid: ``(bins (n, F), TreeData)``; ``target`` (n,)
+    fills the TreeData's point statistics (replaced in every tree update)."""
     bins = grid.bin(X)
     # the rows sorted by each feature serve only valid_cuts="data" with min_leaf_size > 1
     row_orders = prior.valid_cuts == "data" and prior.min_leaf_size > 1
-    return grid, bins, make_tree_data(bins, target, prior, likelihood, grid=grid, row_orders=row_orders)
+    return bins, make_tree_data(bins, target, prior, likelihood, grid=grid, row_orders=row_orders)
 
 
 def feature_bins(tree_data: TreeData) -> Array:
@@ -184,6 +214,7 @@ def _f32(v) -> Array:
 def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float = 0.95, beta: float = 2.0,
                        k: float = 2.0, nu: float = 3.0, q: float = 0.9, split_prior: str = "uniform",
                        min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors",
+                       categorical_features="from_dtype", missing: str = "mia",
                        estimator: str = "build_bart_problem") -> BARTProblem:
     """BART for a real response: ``X`` (n, F) array or DataFrame and a non-constant ``y`` (n,)
     -> :class:`BARTProblem` (continuous outcome).
@@ -191,9 +222,11 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
     ``max_cuts``: candidate cuts per feature (:func:`~bdtree_jax.data.make_split_grid`; None: every
     midpoint); ``valid_cuts``: a node's valid cuts from its rows ("data") or its ancestors' rules
     ("ancestors", BayesTree's and bartz's; :mod:`bdtree_jax.priors`); ``k``, ``nu``, ``q``: the
-    calibration of :func:`default_hyperparameters`; ``estimator`` names the caller in errors.
+    calibration of :func:`default_hyperparameters`; ``categorical_features``, ``missing``: as
+    :func:`~bdtree_jax.problem.build_problem` (BART refuses both for now:
+    :func:`~bdtree_jax.features.check_supported`); ``estimator`` names the caller in errors.
     """
-    X, names = check_X(X, estimator=estimator, min_rows=2)
+    X, names, grid = _inputs(X, estimator, categorical_features, missing, max_cuts)
     y = check_regression_y(y, X.shape[0], estimator=estimator)
     if not y.max() > y.min():
         raise ValueError(f"{estimator}: y is constant ({y[0]!r}); BART needs a response that varies.")
@@ -202,9 +235,9 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
     y_min, y_max = float(y.min()), float(y.max())
     y_offset, y_scale = 0.5 * (y_min + y_max), y_max - y_min
     y_scaled = (y - y_offset) / y_scale
-    hp = default_hyperparameters(X, y_scaled, n_trees, k=k, nu=nu, q=q)
+    hp = default_hyperparameters(X, y_scaled, n_trees, k=k, nu=nu, q=q, grid=grid)
     likelihood = BARTLeafNormal(np.float32(hp["sigma_hat"] ** 2), np.float32(hp["tau2"]))
-    grid, bins, tree_data = _binned(X, y_scaled, prior, likelihood, max_cuts)
+    bins, tree_data = _binned(X, grid, y_scaled, prior, likelihood)
     data = BARTData(tree_data, _f32(y_scaled), _f32(hp["nu"]), _f32(hp["lam"]), _f32(hp["sigma_hat"] ** 2),
                     _f32(y_scale), feature_bins=feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, y, names, y_offset, y_scale, **hp)
@@ -213,12 +246,13 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
 def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float = 0.95, beta: float = 2.0,
                               k: float = 2.0, offset: float | None = None, split_prior: str = "uniform",
                               min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors",
+                              categorical_features="from_dtype", missing: str = "mia",
                               estimator: str = "build_bart_probit_problem") -> BARTProblem:
     """Probit BART: ``X`` (n, F) and ``y`` (n,) of two class labels -> :class:`BARTProblem` of a
     binary outcome (``classes[1]`` coded 1).  Leaf prior sd ``tau = 3 / (k sqrt(n_trees))`` on the
     probit scale (Chipman et al. 2010, §4.2), ``sigma = 1``, ``offset`` default
     :func:`probit_offset`; the other options as :func:`build_bart_problem`."""
-    X, names = check_X(X, estimator=estimator, min_rows=2)
+    X, names, grid = _inputs(X, estimator, categorical_features, missing, max_cuts)
     try:
         classes, codes = check_classification_y(y, X.shape[0], estimator=estimator)
     except ValueError as exc:
@@ -238,7 +272,7 @@ def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: 
     offset = probit_offset(labels) if offset is None else float(offset)
     tau = 3.0 / (k * np.sqrt(n_trees))
     likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau**2))
-    grid, bins, tree_data = _binned(X, labels - offset, prior, likelihood, max_cuts)
+    bins, tree_data = _binned(X, grid, labels - offset, prior, likelihood)
     data = BARTData(tree_data, _f32(labels), _f32(1.0), _f32(1.0), _f32(1.0), _f32(1.0), _f32(offset),
                     feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, codes, names, offset, 1.0, float(tau**2), outcome="binary",

@@ -37,12 +37,13 @@ class TreeProblem:
         hyperparameters resolved (data-based defaults filled in).
     likelihood_options : dict of the leaf model's hyperparameters as the caller gave them (keys
         of :data:`LIKELIHOOD_OPTIONS`; absent: the default).
-    X : (n, F) float64 the validated inputs.
+    X : (n, F) float64 the validated inputs, encoded: categorical features' level indices, NaN
+        for a missing cell (the grid keeps the levels).
     feature_names : the F column names of a DataFrame ``X``, else None.
     classes : (K,) the class labels (classification; None for regression).
     train_y : (n,) the encoded response: int32 class codes in ``0..K-1``, or float32 values.
     grid : SplitGrid of the inputs (F features).
-    train_bins : (n, F) int bin codes of the inputs.
+    train_bins : (n, F) int codes of the inputs (:meth:`~bdtree_jax.data.SplitGrid.bin`).
     train_stats : (n, S) float32 per-row sufficient statistics of the response.
     data : TreeData, the arrays the hard-tree kernels read (bins, statistics, prior tables,
         box sides).
@@ -82,12 +83,15 @@ class TreeProblem:
 
 
 def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None = None, likelihood=None,
-                  box_constraints=None, where: str = "") -> TreeProblem:
+                  box_constraints=None, categorical_features="from_dtype", missing: str = "mia",
+                  where: str = "") -> TreeProblem:
     """Validate ``(X, y)`` and the model options once and build the :class:`TreeProblem`.
 
     Parameters
     ----------
-    X : array-like or DataFrame of shape (n_samples, n_features), numeric.
+    X : array-like or DataFrame of shape (n_samples, n_features): numeric, categorical
+        (``category``, string, ``bool`` columns) and missing cells (NaN, None) allowed
+        (docs/categorical-missing.md).
     y : array-like of shape (n_samples,): class labels (classification) or a real response.
     task : "classification" (Dirichlet–multinomial leaves) or "regression" (CGM98's conjugate
         normal mean-shift leaves).
@@ -101,6 +105,10 @@ def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None
     box_constraints : list of dicts ``{feature: (low, high)}`` (column name or index; None or
         ``±inf`` for an open side), or None: regions with a constant response distribution; the
         prior gives zero mass to trees with a rule cutting through a box.
+    categorical_features : "from_dtype" (default: a DataFrame's ``category``, object/string and
+        ``bool`` columns), None (none), or column indices, names or a boolean mask.
+    missing : "mia" (default: missing cells allowed, routed by each rule's missing-value bit) or
+        "error".
     where : prefix of error messages (e.g. ``"sample: "``).
 
     Returns
@@ -118,14 +126,15 @@ def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None
     if not isinstance(prior, TreePrior):
         raise ValueError(f"{where}prior must be a TreePrior or None; got {prior!r}.")
     check_structure_options(prior, where)
-    X, names = check_X(X, estimator=where.rstrip(": "))
+    X, names, levels = check_X(X, estimator=where.rstrip(": "), categorical_features=categorical_features,
+                               missing=missing, return_levels=True)
     if X.shape[0] < 2 * prior.min_leaf_size:
         raise ValueError(
             f"{where}X has n_samples={X.shape[0]}; at least 2 * min_leaf_size = {2 * prior.min_leaf_size} are "
             "needed for any split."
         )
     likelihood, options, train_y, classes = _leaf_model(task, y, X.shape[0], likelihood, where)
-    grid = make_split_grid(X)
+    grid = make_split_grid(X, levels=levels)
     bins = grid.bin(X)
     box_side = None
     if box_constraints is not None:
