@@ -22,6 +22,10 @@ A config is a YAML mapping (unknown keys are an error)::
     num_samples: 500
     num_chains: 10
     seed: 0
+    categorical_features: from_dtype  # optional: which columns are categorical (from_dtype,
+                              # null, or a list of column names or indices); missing: mia
+                              # (route missing cells; the default) or error
+                              # (docs/categorical-missing.md; method cgm only, for now)
     output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots and
                               # checkpoint.pkl (written as the run goes; rerunning an interrupted
                               # config resumes from it and gives the identical chains)
@@ -61,9 +65,11 @@ __all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"
 _METHOD_KEYS = set(method_options())
 _MODEL_KEYS = set(PRIOR_OPTIONS) | set(LEAF_OPTIONS) | _METHOD_KEYS | set(TEMPERING_OPTIONS)
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size", "thin", "data_shards"}
+#: How the table's columns are read (docs/categorical-missing.md).
+_DATA_KEYS = {"categorical_features", "missing"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
-ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _RUN_KEYS
-_REGRESSION_DATASETS = {"cgm"}
+ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS | _RUN_KEYS
+_REGRESSION_DATASETS = {"cgm", "airquality", "diamonds"}
 
 
 def bundled_configs() -> dict:
@@ -118,7 +124,7 @@ def _method_name(config: dict) -> str:
 def _flat_options(config: dict, *, where: str) -> dict:
     """The config's model and sampler options as flat keywords (the nested ``method:`` and
     ``tempering:`` mappings spread out), checked."""
-    flat = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS) if k in config}
+    flat = {k: config[k] for k in (_MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS) if k in config}
     for section, allowed in (("method", _METHOD_KEYS | {"name"}), ("tempering", set(TEMPERING_OPTIONS))):
         nested = config.get(section, {})
         if not isinstance(nested, dict):

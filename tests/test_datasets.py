@@ -12,6 +12,7 @@ import pytest
 from bdtree_jax import datasets
 from bdtree_jax.datasets import (
     DATASETS,
+    MIXED,
     SPLITS,
     cgm_true_function,
     load,
@@ -43,7 +44,8 @@ EXPECTED_SPLITS = {
 
 
 def test_names():
-    assert set(DATASETS) == set(EXPECTED)
+    # the tables with categorical columns and missing values: tests/test_categorical_input.py
+    assert set(DATASETS) == set(EXPECTED) | set(MIXED)
     assert set(SPLITS) == set(EXPECTED_SPLITS)
     assert isinstance(DATASETS, tuple) and isinstance(SPLITS, tuple)
 
@@ -222,7 +224,7 @@ def test_make_cgm_bad_n(n):
 def test_bundled_sha256sums():
     data = files(datasets) / "data"
     lines = (data / "SHA256SUMS").read_text().splitlines()
-    assert len(lines) == 18
+    assert len(lines) == 21  # 8 UCI files, 10 paper splits, penguins, airquality, diamonds
     for line in lines:
         digest, fname = line.split(maxsplit=1)
         resource = data

@@ -1,11 +1,13 @@
 """Bundled benchmark datasets and synthetic data generators.
 
-Real datasets (small UCI classification sets, CC BY 4.0) are shipped as CSV files in
+Real datasets (small UCI classification sets, CC BY 4.0; and three tables with categorical
+columns and missing values: penguins, airquality, diamonds) are shipped as CSV files in
 ``bdtree_jax/datasets/data``; see ``data/README.md`` there for sources, licences, citations and
 known quirks.  Every function returns freshly built objects: nothing mutable is cached, so
 callers may modify the results freely.
 
 - :func:`load` -- a whole dataset as ``(X, y)``.
+- :func:`load_frame` -- a bundled table as shipped (target column included).
 - :func:`load_split` -- the exact train/test splits used by the RJHMC-Tree paper.
 - :func:`make_cgm` / :func:`cgm_true_function` -- the CGM synthetic regression data.
 - :func:`make_xor` -- the hidden-XOR (parity) classification benchmark.
@@ -21,8 +23,11 @@ import pandas as pd
 
 __all__ = [
     "DATASETS",
+    "MIXED",
+    "REGRESSION",
     "SPLITS",
     "load",
+    "load_frame",
     "load_split",
     "make_cgm",
     "cgm_true_function",
@@ -39,10 +44,29 @@ _FILES: dict[str, str] = {
     "vertebral": "vertebral_column_2c.csv",
     "caesarian": "caesarian.csv",
     "waveform": "waveform.csv",
+    "penguins": "penguins.csv",
+    "airquality": "airquality.csv",
+    "diamonds": "diamonds.csv.gz",
 }
 
 DATASETS: tuple[str, ...] = tuple(_FILES)
-"""Names accepted by :func:`load`."""
+"""Names accepted by :func:`load` and :func:`load_frame`."""
+
+#: The target column of the tables with categorical columns and missing values (the others' is
+#: ``"target"``).
+_MIXED_TARGET = {"penguins": "species", "airquality": "Ozone", "diamonds": "price"}
+MIXED: tuple[str, ...] = tuple(_MIXED_TARGET)
+"""The tables with categorical (string) columns and/or missing values, returned as published."""
+REGRESSION: tuple[str, ...] = ("airquality", "diamonds")
+"""The datasets of :data:`DATASETS` whose target is a real response (the others: class labels)."""
+
+#: Level order of diamonds' graded columns: ggplot2's ordered factors (cut and clarity worst to
+#: best, color from D, the best, to J).
+_DIAMOND_GRADES = {
+    "cut": ["Fair", "Good", "Very Good", "Premium", "Ideal"],
+    "color": ["D", "E", "F", "G", "H", "I", "J"],
+    "clarity": ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"],
+}
 
 SPLITS: tuple[str, ...] = ("iris", "bcw", "wine", "raisin", "cgm")
 """Names accepted by :func:`load_split`."""
@@ -57,7 +81,7 @@ def _read_csv(*parts: str) -> pd.DataFrame:
     for part in parts:
         resource = resource / part
     with resource.open("rb") as fh:
-        return pd.read_csv(fh)
+        return pd.read_csv(fh, compression="gzip" if parts[-1].endswith(".gz") else None)
 
 
 def _split_xy(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
@@ -82,23 +106,38 @@ def _check_int(value: object, arg: str, minimum: int) -> int:
 
 
 def load(name: str) -> tuple[pd.DataFrame, pd.Series]:
-    """Load a bundled classification dataset.
+    """Load a bundled dataset.
 
     Parameters
     ----------
     name : str
-        One of :data:`DATASETS`: ``"iris"``, ``"wine"``, ``"bcw"`` (Breast Cancer Wisconsin,
-        original), ``"raisin"``, ``"haberman"``, ``"vertebral"`` (Vertebral Column, 2 classes),
-        ``"caesarian"``, ``"waveform"``.
+        One of :data:`DATASETS`: the UCI classification sets ``"iris"``, ``"wine"``, ``"bcw"``
+        (Breast Cancer Wisconsin, original), ``"raisin"``, ``"haberman"``, ``"vertebral"``
+        (Vertebral Column, 2 classes), ``"caesarian"``, ``"waveform"``; and the tables with
+        categorical columns and missing values (:data:`MIXED`):
+
+        * ``"penguins"`` (344 rows): ``y`` is ``species`` (Adelie / Chinstrap / Gentoo);
+          ``X`` has the string columns ``island`` and ``sex`` (11 missing) and the numeric
+          ``bill_length_mm``, ``bill_depth_mm``, ``flipper_length_mm``, ``body_mass_g`` (2
+          missing each) and ``year``.
+        * ``"airquality"`` (116 rows: the 37 rows without ``Ozone`` dropped): ``y`` is ``Ozone``
+          (regression); ``X`` is ``Solar.R`` (5 missing), ``Wind``, ``Temp``, ``Month``, ``Day``.
+        * ``"diamonds"`` (53,940 rows): ``y`` is ``price`` (regression); ``X`` has ``carat``,
+          ``depth``, ``table``, ``x``, ``y``, ``z`` and the graded ``cut``, ``color``, ``clarity``
+          as ordered pandas categoricals in ggplot2's level orders (cut Fair .. Ideal, color
+          D .. J, clarity I1 .. IF).
 
     Returns
     -------
     X : pandas.DataFrame, shape (n, d)
-        Numeric feature columns with the CSV's snake_case names, in the source's row order
-        (``raisin`` and ``vertebral`` are grouped by class: shuffle before splitting).
+        Feature columns with the CSV's names, in the source's row order (``raisin`` and
+        ``vertebral`` are grouped by class: shuffle before splitting).  The UCI sets' columns
+        are numeric and complete; the :data:`MIXED` tables keep their string columns and
+        missing values (NaN) as published (docs/categorical-missing.md).
     y : pandas.Series, shape (n,)
-        Class labels, named ``"target"``, with values exactly as in the CSV (e.g. strings
-        ``"Iris-setosa"`` for iris, integer codes 2/4 for bcw).
+        The target: for the UCI sets class labels named ``"target"``, with values exactly as in
+        the CSV (e.g. strings ``"Iris-setosa"`` for iris, integer codes 2/4 for bcw); for the
+        :data:`MIXED` tables the column named above.
 
     Raises
     ------
@@ -122,11 +161,35 @@ def load(name: str) -> tuple[pd.DataFrame, pd.Series]:
     [50, 50, 50]
     """
     name = _check_name(name, DATASETS, "dataset")
-    df = _read_csv(_FILES[name])
+    df = load_frame(name)
+    if name in _MIXED_TARGET:
+        y = df.pop(_MIXED_TARGET[name])
+        keep = y.notna().to_numpy()
+        return df[keep].reset_index(drop=True), y[keep].reset_index(drop=True)
     if name == "bcw":
         df = df.dropna(subset=["bare_nuclei"]).reset_index(drop=True)
         df["bare_nuclei"] = df["bare_nuclei"].astype(np.int64)
     return _split_xy(df)
+
+
+def load_frame(name: str) -> pd.DataFrame:
+    """A bundled table as shipped: every row and column, the target included (``"target"`` for
+    the UCI sets, the column :func:`load` names for :data:`MIXED`), missing cells as NaN, string
+    columns as strings (diamonds' ``cut``, ``color``, ``clarity``: ordered categoricals).
+
+    Examples
+    --------
+    >>> from bdtree_jax.datasets import load_frame
+    >>> df = load_frame("airquality")
+    >>> df.shape, int(df["Ozone"].isna().sum())
+    ((153, 6), 37)
+    """
+    name = _check_name(name, DATASETS, "dataset")
+    df = _read_csv(_FILES[name])
+    if name == "diamonds":
+        for column, grades in _DIAMOND_GRADES.items():
+            df[column] = pd.Categorical(df[column], categories=grades, ordered=True)
+    return df
 
 
 def load_split(name: str) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame, pd.Series]:
