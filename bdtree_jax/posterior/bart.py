@@ -123,7 +123,7 @@ class BARTPosterior:
         stop = len(bins) if stop is None else stop
         D = self.num_chains * self.num_draws
         M, N = self.leaf_values.shape[-2:]
-        flat = jax.tree.map(lambda a: np.asarray(a).reshape(D, M, N), self.trees)
+        flat = jax.tree.map(lambda a: np.asarray(a).reshape((D,) + a.shape[2:]), self.trees)
         values = np.asarray(self.leaf_values).reshape(D, M, N)
         m = stop - start
         draws, rows = streaming.plan(D, m, _CELL, max_draws=chunk)

@@ -291,7 +291,7 @@ class Posterior(_DrawSummaries):
         return self.trees.is_split.shape[1]
 
     def _flat_trees(self) -> Tree:
-        return jax.tree.map(lambda a: np.asarray(a).reshape(-1, a.shape[-1]), self.trees)
+        return jax.tree.map(lambda a: np.asarray(a).reshape((-1,) + a.shape[2:]), self.trees)
 
     def tree(self, chain: int, draw: int) -> Tree:
         """One draw's tree (numpy arrays)."""
