@@ -33,7 +33,7 @@ import bdtree_jax
 LAYERS = {
     "base": ("bdtree_jax._types", "bdtree_jax._devices"),
     "tree": ("bdtree_jax.tree", "bdtree_jax.soft"),
-    "data": ("bdtree_jax.data", "bdtree_jax.datasets"),
+    "data": ("bdtree_jax.data", "bdtree_jax.features", "bdtree_jax.datasets"),
     "model": ("bdtree_jax.priors", "bdtree_jax.likelihoods", "bdtree_jax.problem", "bdtree_jax.exact",
               "bdtree_jax.pcfg", "bdtree_jax.soft_models"),
     "kernels": ("bdtree_jax.kernels",),
