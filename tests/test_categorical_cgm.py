@@ -91,6 +91,7 @@ def test_cgm_rule_draws_cover_every_level_partition():
         assert abs(sampled.get(s, 0.0) - exact[s]) < 0.02, s
 
 
+@pytest.mark.slow
 def test_tempered_cgm_matches_exact_posterior():
     """Tempered CGM (4 rungs, swaps exchanging the rungs' inverse temperatures): the cold chain
     within TV 0.04 of the exact posterior."""
@@ -104,7 +105,7 @@ def test_tempered_cgm_matches_exact_posterior():
     assert _tv(sampled, exact) < 0.04
 
 
-@pytest.mark.parametrize("with_cgm", [False, True])
+@pytest.mark.parametrize("with_cgm", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_regrow_matches_exact_posterior(with_cgm):
     """Prune-and-regrow (subtrees redrawn from the prior with level partitions and missing bits),
     alone and mixed with CGM: within TV 0.04 of the exact posterior."""

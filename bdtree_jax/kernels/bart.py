@@ -318,7 +318,7 @@ def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
     k_moves, k_leaves, k_sigma, k_trees = jax.random.split(key, 4)
     tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" or config.general_rules else jnp.zeros(
         (M,), jnp.uint32)
-    return SweepDraws(jax.random.uniform(k_moves, (M, 6 if config.general_rules else 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
+    return SweepDraws(jax.random.uniform(k_moves, (M, 10 if config.general_rules else 5)), jax.random.normal(k_leaves, (M, N)), tree_keys, k_sigma)
 
 
 def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> tuple[BARTState, BARTInfo]:

@@ -58,8 +58,8 @@ def init(key: PRNGKey | None, data: TreeData, config, tree: Tree | None = None, 
 
 
 def draw(key: PRNGKey):
-    """The randomness of one step: (6,) uniforms and a key (module docstring)."""
-    return jax.random.uniform(key, (6,)), jax.random.fold_in(key, 1)
+    """The randomness of one step: (10,) uniforms and a key (module docstring)."""
+    return jax.random.uniform(key, (10,)), jax.random.fold_in(key, 1)
 
 
 def targets(state: CGMState, data: TreeData) -> Array:
@@ -101,7 +101,43 @@ def step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, obje
     accepted = any_move & (jnp.log(uniforms[4]) < log_ratio)
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     info = CGMInfo(jnp.where(any_move, move, -1), accepted, jnp.where(any_move, log_ratio, -jnp.inf))
-    return new_state, info
+    return _flip_step(uniforms[6:], new_state, data, config), info
+
+
+def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
+    """A local change of one rule, after each CGM proposal: at a splitting node chosen uniformly,
+    flip its missing-value bit or (at a categorical rule, half of the time when the tree has
+    bits) move one of its available levels but the smallest to the other side.  The choice does
+    not depend on the flipped value, so the proposal is symmetric and the ratio is the posterior
+    ratio of the two trees (a flip that empties the left set has prior 0 and is rejected).
+    ``uniforms``: (4,) node, kind, level, accept."""
+    tree = state.tree
+    internal = tree.is_split
+    node = pick(internal, uniforms[0])
+    rule = rule_at(tree, node)
+    bits = tree.nan_left is not None
+    categorical = jnp.any(rule.levels_left != 0) if rule.levels_left is not None else jnp.bool_(False)
+    flip_level = categorical & ((uniforms[1] < 0.5) if bits else True)
+    possible = jnp.any(internal) & (flip_level | bits)
+    new_rule = rule
+    if bits:
+        new_rule = new_rule._replace(nan_left=jnp.where(flip_level, rule.nan_left, ~rule.nan_left))
+    if rule.levels_left is not None:
+        avail = state.levels[node, rule.feature]
+        low = avail & (~avail + jnp.uint32(1))
+        low = jnp.where(jnp.cumsum(avail != 0) - (avail != 0) > 0, jnp.uint32(0), low)  # the lowest word's only
+        eligible = avail & ~low
+        bit_index = jnp.arange(32 * eligible.shape[-1])
+        on = ((eligible[bit_index // 32] >> (bit_index % 32).astype(jnp.uint32)) & 1) == 1
+        chosen = pick(on, uniforms[2])
+        flip = jnp.where(jnp.arange(eligible.shape[-1]) == chosen // 32,
+                         jnp.uint32(1) << (chosen % 32).astype(jnp.uint32), jnp.uint32(0))
+        new_rule = new_rule._replace(levels_left=jnp.where(flip_level, rule.levels_left ^ flip, rule.levels_left))
+    proposed = score(change(tree, node, new_rule.feature, new_rule.cut, new_rule), data, config, state.beta)
+    proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
+    log_ratio = mh_log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior, 0.0)
+    accepted = possible & (jnp.log(uniforms[3]) < log_ratio)
+    return jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
 
 
 def regrow_step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, object]:
