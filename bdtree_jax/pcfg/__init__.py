@@ -49,16 +49,24 @@ posterior predictive (average over *all* trees) by a second DP, :func:`sample_pa
 Algorithm 1 (only the path a query follows) and, with ``mode="max"``, Algorithm 2.  The
 estimators' ``method="pcfg"`` wraps all of it in a :class:`PCFGPosterior`.
 
+Categorical features (at most :data:`MAX_LEVELS` levels) and missing values
+(docs/categorical-missing.md) are exact too: :mod:`~bdtree_jax.pcfg.mixed` builds their grammar
+(level-set partitions, a missing-value bit per split with its prior factor 1/2, boxes keyed by
+their rows), and everything below answers for it unchanged; its trees are
+:class:`~bdtree_jax.tree.MixedTree`.
+
 The package's modules: :mod:`~bdtree_jax.pcfg.grammar` (the enumeration of the boxes and the DP
-that scores them: :class:`BoxGrammar`, :func:`build_grammar`) and :mod:`~bdtree_jax.pcfg.draws`
+that scores them: :class:`BoxGrammar`, :func:`build_grammar`), :mod:`~bdtree_jax.pcfg.mixed` (its
+counterpart for categorical features and missing values) and :mod:`~bdtree_jax.pcfg.draws`
 (what a built grammar answers: :func:`sample_trees`, :func:`map_tree`, :func:`log_prob`,
-:func:`sample_paths`, :func:`predictive`).  The feature codes are the data layer's
+:func:`sample_paths`, :func:`predictive`, and :func:`query_codes` for new rows).  The feature codes are the data layer's
 :func:`~bdtree_jax.data.code_features`.
 """
 
 from ..data import code_features
-from .draws import log_prob, map_tree, predictive, sample_paths, sample_trees
+from .draws import log_prob, map_tree, predictive, query_codes, sample_paths, sample_trees
 from .grammar import BoxGrammar, build_grammar, estimate_boxes
+from .mixed import MAX_LEVELS, code_mixed_features
 
 __all__ = [
     "BoxGrammar",
@@ -70,4 +78,7 @@ __all__ = [
     "predictive",
     "sample_paths",
     "estimate_boxes",
+    "query_codes",
+    "code_mixed_features",
+    "MAX_LEVELS",
 ]

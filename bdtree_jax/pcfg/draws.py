@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..tree import Tree, n_nodes
+from ..tree import MISSING_CODE, Tree, make_tree, n_nodes
 from .grammar import BoxGrammar, level_chunks
 
-__all__ = ["sample_trees", "map_tree", "log_prob", "sample_paths", "predictive"]
+__all__ = ["sample_trees", "map_tree", "log_prob", "sample_paths", "predictive", "query_codes"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -31,8 +31,12 @@ def _device(g: BoxGrammar, mode: str) -> dict:
             log_leaf=jnp.asarray(np.r_[g.log_leaf, -np.inf].astype(np.float32)), left=jnp.asarray(g.left),
             right=jnp.asarray(g.right), valid=jnp.asarray(g.valid), scores=jnp.asarray(scores),
             cand_feature=jnp.asarray(g.cand_feature), cand_code=jnp.asarray(g.cand_code),
-            cand_cut=jnp.asarray(g.cand_cut), log_phi=jnp.float32(g.log_phi),
+            cand_cut=jnp.asarray(g.cand_cut), log_phi=jnp.float32(g.log_phi_split),
         )
+        if g.cand_nan_left is not None:  # categorical features or missing values: the rules' extra fields
+            cache[mode]["cand_nan"] = jnp.asarray(g.cand_nan_left)
+        if g.cand_levels is not None:
+            cache[mode]["cand_levels"] = jnp.asarray(g.cand_levels)
     return cache[mode]
 
 
@@ -65,6 +69,8 @@ def _descend_program(key, arrs, num: int, heap_depth: int, max_depth, mode: str)
     feature = jnp.zeros((num, N), jnp.int32)
     cut = jnp.zeros((num, N), jnp.int32)
     box = jnp.full((num, N), S, jnp.int32).at[:, 0].set(0)
+    nan_left = jnp.zeros((num, N), bool) if "cand_nan" in arrs else None
+    levels = jnp.zeros((num, N, arrs["cand_levels"].shape[1]), jnp.uint32) if "cand_levels" in arrs else None
     truncated = jnp.zeros(num, bool)
     keys = jax.random.split(key, D + 1)
     for d in range(D + 1):
@@ -82,11 +88,15 @@ def _descend_program(key, arrs, num: int, heap_depth: int, max_depth, mode: str)
         is_split = is_split.at[:, lo:hi].set(split)
         feature = feature.at[:, lo:hi].set(jnp.where(split, arrs["cand_feature"][k], 0))
         cut = cut.at[:, lo:hi].set(jnp.where(split, arrs["cand_cut"][k], 0))
+        if nan_left is not None:
+            nan_left = nan_left.at[:, lo:hi].set(split & arrs["cand_nan"][k])
+        if levels is not None:
+            levels = levels.at[:, lo:hi].set(jnp.where(split[..., None], arrs["cand_levels"][k], 0))
         lch = jnp.where(split, arrs["left"][c, k], S)
         rch = jnp.where(split, arrs["right"][c, k], S)
         children = jnp.stack([lch, rch], axis=-1).reshape(num, -1)  # slots 2i+1, 2i+2 are adjacent
         box = box.at[:, 2 * lo + 1 : 2 * hi + 1].set(children)
-    return Tree(is_split, feature, cut), box, truncated
+    return make_tree(is_split, feature, cut, nan_left, levels), box, truncated
 
 
 def _descend(g: BoxGrammar, key, num: int, mode: str):
@@ -110,7 +120,9 @@ def sample_trees(g: BoxGrammar, key, num_samples: int, *, where: str = ""):
     """
     if num_samples == 0:
         N = n_nodes(g.heap_depth)
-        empty = Tree(np.zeros((0, N), bool), np.zeros((0, N), np.int32), np.zeros((0, N), np.int32))
+        empty = make_tree(np.zeros((0, N), bool), np.zeros((0, N), np.int32), np.zeros((0, N), np.int32),
+                          None if g.cand_nan_left is None else np.zeros((0, N), bool),
+                          None if g.cand_levels is None else np.zeros((0, N, g.cand_levels.shape[1]), np.uint32))
         return empty, np.zeros(0, np.float32), np.zeros(0, np.int64)
     trees, box, truncated = _descend(g, key, num_samples, "sample")
     if truncated.any():
@@ -145,8 +157,16 @@ def log_prob(g: BoxGrammar, tree: Tree, bins: np.ndarray, point_stats: np.ndarra
     Tree Constraints (a node without rows) or the depth bound have probability 0 (``-inf``).  Trees
     that differ only in which threshold or feature produces the same split of the rows are the
     same tree and get the same value.  Paper eq. 25: ``φ^(1-b) Π L(leaves) / Q(root)``.
+
+    A grammar of data with categorical features or missing values (:mod:`~bdtree_jax.pcfg.mixed`)
+    takes a :class:`~bdtree_jax.tree.MixedTree` on the grid's bins (level indices, ``MISSING_CODE``):
+    each split's bit adds ``log 1/2``, and a rule that leaves the node's rows with a value of its
+    feature all on one side (a split on missingness alone) has probability 0.
     """
-    is_split, feature, cut = (np.asarray(a) for a in tree)
+    mixed = g.cand_nan_left is not None
+    is_split, feature, cut = (np.asarray(a) for a in tree[:3])
+    if mixed and tree.nan_left is None and is_split.any():
+        raise ValueError("this grammar's trees have missing-value bits (nan_left): pass a MixedTree.")
     N = is_split.shape[-1]
     bins, point_stats = np.asarray(bins), np.asarray(point_stats, np.float32)
     stack = [(0, 0, np.arange(bins.shape[0]))]
@@ -158,13 +178,35 @@ def log_prob(g: BoxGrammar, tree: Tree, bins: np.ndarray, point_stats: np.ndarra
         if i < N and is_split[i]:
             if g.max_depth is not None and depth >= g.max_depth:
                 return -math.inf
-            go_left = bins[rows, int(feature[i])] <= int(cut[i])
+            code = bins[rows, int(feature[i])]
+            if mixed:
+                go_left, present = _mixed_left(g, tree, i, code)
+                if go_left[present].all() or not go_left[present].any():
+                    return -math.inf
+            else:
+                go_left = code <= int(cut[i])
             stack.append((2 * i + 1, depth + 1, rows[go_left]))
             stack.append((2 * i + 2, depth + 1, rows[~go_left]))
         else:
             leaf_stats.append(point_stats[rows].sum(axis=0))
     log_lik = float(np.sum(np.asarray(g.likelihood.leaf_log_lik(jnp.asarray(np.array(leaf_stats))))))
-    return (1 - len(leaf_stats)) * g.log_phi + log_lik - float(g.log_q[-1, 0])
+    return (1 - len(leaf_stats)) * g.log_phi_split + log_lik - float(g.log_q[-1, 0])
+
+
+def _mixed_left(g: BoxGrammar, tree, i: int, code: np.ndarray):
+    """Rows (their codes of node ``i``'s feature) going left at node ``i`` of a MixedTree, and
+    which of them have a value (docs/categorical-missing.md)."""
+    present = code != MISSING_CODE
+    f = int(np.asarray(tree.feature)[i])
+    if g.categorical[f]:
+        if tree.levels_left is None:
+            raise ValueError(f"feature {f} is categorical: the tree needs levels_left.")
+        words = np.asarray(tree.levels_left)[i].astype(np.int64)
+        c = np.where(present, code, 0)
+        left = ((words[np.minimum(c >> 5, len(words) - 1)] >> (c & 31)) & 1) == 1
+    else:
+        left = code <= int(np.asarray(tree.cut)[i])
+    return np.where(present, left, bool(np.asarray(tree.nan_left)[i])), present
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,8 +214,39 @@ def log_prob(g: BoxGrammar, tree: Tree, bins: np.ndarray, point_stats: np.ndarra
 
 
 def _goes_left(g: BoxGrammar, q_codes: np.ndarray) -> np.ndarray:
-    """(nq, K) bool: query goes left at each candidate."""
-    return q_codes[:, g.cand_feature] <= g.cand_code[None, :]
+    """(nq, K) bool: query goes left at each candidate (with categorical features and missing
+    values: the candidate's level set and missing-value bit, as :func:`~bdtree_jax.tree.goes_left`)."""
+    col = q_codes[:, g.cand_feature]
+    left = col <= g.cand_code[None, :]
+    if g.cand_nan_left is None:
+        return left
+    missing = col == MISSING_CODE
+    if g.cand_levels is not None:
+        c = np.where(missing, 0, col).astype(np.int64)
+        word = np.minimum(c >> 5, g.cand_levels.shape[1] - 1)
+        bits = g.cand_levels.astype(np.int64)[np.arange(len(g.cand_feature))[None, :], word]
+        left = np.where(g.categorical[g.cand_feature][None, :], ((bits >> (c & 31)) & 1) == 1, left)
+    return np.where(missing, g.cand_nan_left[None, :], left)
+
+
+def query_codes(g: BoxGrammar, bins: np.ndarray) -> np.ndarray:
+    """The grammar's codes (n, F) of rows given by their grid bins
+    (:meth:`~bdtree_jax.data.SplitGrid.bin`): an ordered feature's code is the number of its
+    code boundaries (raw cuts) below the bin, so ``code <= t`` iff ``bin <= cand_cut``; a
+    categorical feature's code is its level index and a missing value keeps
+    :data:`~bdtree_jax.tree.MISSING_CODE`."""
+    bins = np.asarray(bins)
+    out = []
+    for f in range(g.n_features):
+        cuts = g.cand_cut[g.cand_feature == f]
+        if g.cand_nan_left is None:
+            out.append(np.searchsorted(cuts, bins[:, f], side="left"))
+        elif g.categorical[f]:
+            out.append(bins[:, f])
+        else:
+            out.append(np.where(bins[:, f] == MISSING_CODE, MISSING_CODE,
+                                np.searchsorted(np.unique(cuts), bins[:, f], side="left")))
+    return np.stack(out, axis=1).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("num", "depth", "max_depth", "mode"))
@@ -218,12 +291,12 @@ def predictive(g: BoxGrammar, q_codes: np.ndarray) -> np.ndarray:
     if g.max_depth is None:
         chunks = jnp.asarray(level_chunks(g.width, 256 if S > 4096 else 32))
         r = _predictive_in_order(log_leaf, left, right, valid, jnp.asarray(g.log_q[0]), m, left_q,
-                                 jnp.float32(g.log_phi), chunks)
+                                 jnp.float32(g.log_phi_split), chunks)
         return np.asarray(r[0])
     r = None
     for layer in range(g.max_depth + 1):
         r = _predictive_layer(log_leaf, left, right, valid, jnp.asarray(g.log_q[max(layer - 1, 0)]),
-                              jnp.asarray(g.log_q[layer]), m, left_q, jnp.float32(g.log_phi), r,
+                              jnp.asarray(g.log_q[layer]), m, left_q, jnp.float32(g.log_phi_split), r,
                               first=layer == 0)
     return np.asarray(r[0])
 

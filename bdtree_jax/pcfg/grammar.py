@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from ..tree import over_draws
+from ..tree import MISSING_CODE, over_draws
 
 __all__ = ["BoxGrammar", "build_grammar", "estimate_boxes", "level_chunks"]
 
@@ -47,6 +47,11 @@ class BoxGrammar:
     log_phi : float; max_depth : int or None; height : int, the deepest tree the boxes allow.
     width : (S,) int64 ``Σ_f (hi_f - lo_f)``; a child is strictly narrower than its parent.
     log_prior_q : (S + 1,) ``log Q`` with ``L = 1``: the prior's mass (root entry, times φ).
+    cand_nan_left, cand_levels, categorical, split_log_weight : only in a grammar of data with
+        categorical features or missing values (:mod:`~bdtree_jax.pcfg.mixed`): each candidate's
+        missing-value bit (K,) bool and left level set (K, W) uint32 (0 on ordered features), the
+        categorical features (F,) bool, and each split production's log weight ``-log 2`` (the
+        bit's prior factor).  None / 0 otherwise.
     """
 
     lo: np.ndarray
@@ -69,6 +74,16 @@ class BoxGrammar:
     n_features: int
     width: np.ndarray
     log_prior_q: np.ndarray
+    cand_nan_left: np.ndarray | None = None
+    cand_levels: np.ndarray | None = None
+    categorical: np.ndarray | None = None
+    split_log_weight: float = 0.0
+
+    @property
+    def log_phi_split(self) -> float:
+        """What one split production costs in the DP, ``log φ - split_log_weight`` (``log φ``
+        without missing-value bits)."""
+        return self.log_phi - self.split_log_weight
 
     @property
     def n_boxes(self) -> int:
@@ -81,7 +96,8 @@ class BoxGrammar:
     @property
     def log_z(self) -> float:
         """``log Σ_T φ^(-b(T)) Π L(leaves)`` over the allowed trees (the unnormalised posterior's
-        total mass; ``log Q(root) - log φ``)."""
+        total mass; ``log Q(root) - log φ``; with missing-value bits each tree's prior weight
+        carries ``2^-(b-1)`` too)."""
         return float(self.log_q[-1, 0]) - self.log_phi
 
     @property
@@ -320,6 +336,8 @@ def build_grammar(
     max_bytes: float | None = None,
     grid_bytes: float = 2.0**28,
     where: str = "",
+    categorical=None,
+    level_count=None,
 ) -> BoxGrammar:
     """Enumerate the boxes of ``codes`` and compute ``log Q`` and ``log Q_max``.
 
@@ -339,8 +357,18 @@ def build_grammar(
     grid_bytes : when the table of tight boxes of *every* box of the code grid fits in this many
         bytes (few features: iris, vertebral with 5 buckets), children are found by lookups in it;
         otherwise (e.g. 20 binary features) by the scans of :func:`_expand`.  Same boxes either way.
+    categorical, level_count : (F,) which features are categorical (their codes are level
+        indices) and their level counts.  With a categorical feature or a missing cell
+        (:data:`~bdtree_jax.tree.MISSING_CODE` in ``codes``) the grammar is
+        :func:`~bdtree_jax.pcfg.mixed.build_mixed_grammar`'s (``grid_bytes`` does not apply).
     """
     codes = np.ascontiguousarray(codes, np.int32)
+    if (categorical is not None and np.any(categorical)) or (codes == MISSING_CODE).any():
+        from .mixed import build_mixed_grammar
+
+        return build_mixed_grammar(codes, point_stats, likelihood, categorical=categorical, level_count=level_count,
+                                   log_phi=log_phi, max_depth=max_depth, boundary_cut=boundary_cut,
+                                   max_boxes=max_boxes, max_bytes=max_bytes, where=where)
     n, F = codes.shape
     layout = _Layout(codes)
     K = layout.K
