@@ -155,3 +155,23 @@ def test_one_bart_tree_matches_exact_posterior(tree_sampler):
     exact = {s: float(p) for (s, _, _), p in zip(trees, np.exp(log_post - logsumexp(log_post)))}
     assert set(sampled) <= set(exact)
     assert _tv(sampled, exact) < 0.04
+
+
+def test_bart_estimators_fit_tables_with_categorical_columns_and_missing_cells():
+    """The BART estimators take a raw table (airquality: NaN cells; Month as a category) and
+    predict on it, with unseen levels and missing cells at prediction routed as missing."""
+    import pandas as pd
+
+    import bdtree_jax as bd
+
+    X, y = bd.datasets.load("airquality")
+    X = X.assign(Month=X.Month.astype(str))
+    model = bd.BARTRegressor(n_trees=10, num_warmup=30, num_samples=30, num_chains=1, progress=False).fit(X, y)
+    assert model.posterior_.trees.levels_left is not None and model.posterior_.trees.nan_left is not None
+    rmse = np.sqrt(np.mean((model.predict(X) - np.asarray(y)) ** 2))
+    assert rmse < 0.7 * np.std(y)
+    new = X.head(3).assign(Month=["13", "5", None], Wind=[np.nan, 7.0, 8.0])
+    assert np.all(np.isfinite(model.predict(new)))
+    clf = bd.BARTClassifier(n_trees=10, num_warmup=30, num_samples=30, num_chains=1, progress=False)
+    clf.fit(X, np.asarray(y) > np.median(y))
+    assert clf.predict_proba(pd.concat([X.head(2), new])).shape == (5, 2)

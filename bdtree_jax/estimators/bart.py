@@ -103,7 +103,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
                             num_particles=int(self.num_particles), trace_dtypes=dtypes,
                             incremental=plan.chain_method == "sequential", outcome=problem.outcome,
-                            leaf_dtype=self.leaf_dtype)
+                            leaf_dtype=self.leaf_dtype, general_rules=_general(problem))
         num_warmup, num_samples, thin = int(self.num_warmup), int(self.num_samples), int(self.thin)
         num_iterations = num_warmup + num_samples * thin
         t0 = time.perf_counter()
@@ -130,6 +130,12 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         name and with spread: ``posterior_.variable_inclusion_summary()``."""
         check_is_fitted(self, "posterior_")
         return self.posterior_.variable_inclusion(mean=True)
+
+
+def _general(problem: BARTProblem) -> bool:
+    """Whether the problem's data have categorical features or missing-value bits."""
+    td = problem.data.tree_data
+    return td.level_masks is not None or td.missing_code is not None
 
 
 class BARTRegressor(RegressorMixin, _BARTEstimator):
@@ -192,9 +198,9 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     categorical_features : "from_dtype", None, or column indices, names or a boolean mask
         Which columns of ``X`` are categorical (as :class:`~bdtree_jax.BayesianTreeClassifier`).
     missing : {"mia", "error"}, default "mia"
-        Missing cells in ``X``: routed, or refused.  BART does not support categorical features
-        or missing cells yet: fit refuses them (a ``ValueError`` naming the column) before
-        anything is compiled; one-hot encode and impute first.
+        Missing cells in ``X``: routed (MIA, docs/categorical-missing.md), or refused.  With
+        categorical features or missing cells every tree is updated by the general-rule chain
+        (``tree_sampler`` "grow-prune" or "cgm"; "pg" refuses them).
 
     Attributes
     ----------

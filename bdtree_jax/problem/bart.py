@@ -207,6 +207,14 @@ def feature_bins(tree_data: TreeData) -> Array:
     return jnp.asarray(tree_data.bins).T.astype(dtype)
 
 
+def _feature_bins(tree_data: TreeData) -> Array | None:
+    """:func:`feature_bins` for the numeric grow-prune sweep; None for data with categorical
+    features or missing values (their sweep reads ``bins``)."""
+    if tree_data.level_masks is not None or tree_data.missing_code is not None:
+        return None
+    return feature_bins(tree_data)
+
+
 def _f32(v) -> Array:
     return jnp.asarray(v, jnp.float32)
 
@@ -239,7 +247,7 @@ def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float =
     likelihood = BARTLeafNormal(np.float32(hp["sigma_hat"] ** 2), np.float32(hp["tau2"]))
     bins, tree_data = _binned(X, grid, y_scaled, prior, likelihood)
     data = BARTData(tree_data, _f32(y_scaled), _f32(hp["nu"]), _f32(hp["lam"]), _f32(hp["sigma_hat"] ** 2),
-                    _f32(y_scale), feature_bins=feature_bins(tree_data))
+                    _f32(y_scale), feature_bins=_feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, y, names, y_offset, y_scale, **hp)
 
 
@@ -274,6 +282,6 @@ def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: 
     likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau**2))
     bins, tree_data = _binned(X, grid, labels - offset, prior, likelihood)
     data = BARTData(tree_data, _f32(labels), _f32(1.0), _f32(1.0), _f32(1.0), _f32(1.0), _f32(offset),
-                    feature_bins(tree_data))
+                    _feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, codes, names, offset, 1.0, float(tau**2), outcome="binary",
                        classes=classes)
