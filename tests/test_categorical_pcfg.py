@@ -18,6 +18,7 @@ import pytest
 from scipy.special import gammaln, logsumexp
 
 from bdtree_jax import pcfg
+from bdtree_jax.features import SUPPORTS_CATEGORICAL
 from bdtree_jax.exact.categorical import enumerate_mixed_trees, parse_tree_string, string_leaf_partition
 from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior
@@ -223,3 +224,44 @@ def test_more_than_max_levels_is_a_clear_error():
     codes = np.c_[np.arange(20) % (pcfg.MAX_LEVELS + 1), np.arange(20)]
     with pytest.raises(ValueError, match=f"at most {pcfg.MAX_LEVELS} levels; column 0 has 9.*One-hot"):
         pcfg.build_grammar(codes, LIK.point_stats(np.arange(20) % 2), LIK, categorical=np.array([True, False]))
+
+
+def _frame(x):
+    import pandas as pd
+
+    codes = np.where(np.isnan(x[:, 1]), -1, np.nan_to_num(x[:, 1])).astype(int)
+    return pd.DataFrame({"x0": x[:, 0], "color": pd.Categorical.from_codes(codes, ["a", "b", "c"]), "x2": x[:, 2]})
+
+
+@pytest.mark.skipif("pcfg" not in SUPPORTS_CATEGORICAL, reason="method='pcfg' not yet in SUPPORTS_CATEGORICAL")
+def test_sample_takes_the_table_itself(case):
+    """bd.sample on the DataFrame (a category column with a missing cell, NaN in x0): the same
+    grammar as above, its exact predictive on new rows with missing cells, MixedTree draws."""
+    import bdtree_jax as bd
+
+    x, y = case["X"], case["y"]
+    max_depth = case["g"].max_depth
+    method = bd.PCFG(log_phi=LOG_PHI, unbounded=max_depth is None)
+    post = bd.sample(_frame(x), y, method=method, prior=TreePrior(max_depth=max_depth or 6), num_samples=500,
+                     num_chains=1)
+    np.testing.assert_allclose(post.log_evidence, case["g"].log_evidence, atol=1e-5)
+    queries = np.array([[nan, 0, 0], [2.5, nan, 1], [4.5, 1, 1], [9.0, 2, nan]])
+    q_codes = pcfg.query_codes(case["g"], _bins(queries, case["mids"]))
+    np.testing.assert_allclose(post.predictive(_frame(queries)), pcfg.predictive(case["g"], q_codes), atol=1e-5)
+    assert post.trees.nan_left is not None
+    best = max(case["probs"], key=case["probs"].get)
+    np.testing.assert_allclose(post.log_prob(post.map_tree()), math.log(case["probs"][best]), atol=1e-4)
+    np.testing.assert_allclose(post.stats["log_prior"] + post.stats["log_lik"],
+                               [[case["ref"][to_string(jax.tree.map(lambda a: a[0, i], post.trees), case["thresholds"],
+                                                       LEVELS)][1] for i in range(500)]], atol=1e-4)
+
+
+@pytest.mark.skipif("pcfg" not in SUPPORTS_CATEGORICAL, reason="method='pcfg' not yet in SUPPORTS_CATEGORICAL")
+def test_a_column_with_too_many_levels_is_named_before_any_work():
+    import pandas as pd
+
+    import bdtree_jax as bd
+
+    df = pd.DataFrame({"x0": np.arange(20.0), "shade": pd.Categorical(list("abcdefghij") * 2)})
+    with pytest.raises(ValueError, match="column 'shade' has 10.*One-hot encode it"):
+        bd.sample(df, np.arange(20) % 2, method="pcfg")

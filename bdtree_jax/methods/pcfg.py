@@ -11,8 +11,10 @@ import numpy as np
 
 from ..data import code_features
 from ..driver import run_independent
-from ..pcfg import build_grammar, sample_trees
+from ..pcfg import build_grammar, code_mixed_features, sample_trees
+from ..pcfg.mixed import check_levels
 from ..priors import TreePrior
+from ..tree import Tree
 from .base import Method, independent_stats
 
 __all__ = ["PCFG"]
@@ -31,13 +33,18 @@ class PCFG(Method):
     ``depth <= prior.max_depth``; ``alpha``, ``beta``, ``split_prior`` and ``min_leaf_size`` do not
     apply, and no warm-up is needed (``num_warmup`` is ignored).
 
+    Categorical features (at most :data:`~bdtree_jax.pcfg.MAX_LEVELS` levels each; more is a
+    ``ValueError`` naming the column) and missing values are exact too (:mod:`~bdtree_jax.pcfg.mixed`:
+    level partitions, a missing-value bit with prior factor 1/2 on every split).
+
     Parameters
     ----------
     log_phi : float, default 2.0
         ``log φ`` of the prior (the paper's default 2).
     n_buckets : None, int >= 2 or one such int per feature
         Features with more distinct values are cut into that many equal-width buckets before the
-        boxes are enumerated (the paper: 10); None: one code per distinct value.
+        boxes are enumerated (the paper: 10); None: one code per distinct value.  Categorical
+        features are never bucketed.
     unbounded : bool, default False
         Ignore the prior's ``max_depth``: trees of any depth (draws deeper than 10 levels, the
         padded heap's limit, raise an error).
@@ -67,6 +74,8 @@ class PCFG(Method):
         if problem.prior.min_leaf_size != 1:
             raise ValueError(f"{where}min_leaf_size is not part of the PCFG prior (every leaf holds >= 1 row); leave "
                              "it at 1.")
+        if problem.grid.level_count is not None:
+            check_levels(problem.grid.level_count, problem.names, where)
         nb = self.n_buckets
         if nb is not None and not np.isscalar(nb) and len(nb) != problem.n_features:
             raise ValueError(f"{where}n_buckets has {len(nb)} entries; X has {problem.n_features} features.")
@@ -74,10 +83,16 @@ class PCFG(Method):
     def run(self, problem, options=None, tempering=None, *, where=""):
         options, _ = self._start(problem, options, tempering, where)
         max_depth = None if self.unbounded else problem.prior.max_depth
-        codes, boundary_cut = code_features(problem.X, self.n_buckets)
+        grid, mixed = problem.grid, problem.grid.missing_code is not None
+        if mixed:  # categorical features or missing cells: level partitions and missing-value bits
+            codes, boundary_cut = code_mixed_features(problem.X, grid.categorical, self.n_buckets)
+            extra = dict(categorical=grid.categorical, level_count=grid.level_count)
+        else:
+            codes, boundary_cut = code_features(problem.X, self.n_buckets)
+            extra = {}
         t0 = time.perf_counter()
         grammar = build_grammar(codes, problem.train_stats, problem.likelihood, log_phi=float(self.log_phi),
-                                max_depth=max_depth, boundary_cut=boundary_cut, where=where)
+                                max_depth=max_depth, boundary_cut=boundary_cut, where=where, **extra)
         seconds_grammar = time.perf_counter() - t0
         num_samples = options.num_samples
         trees, log_lik, leaves = run_independent(
@@ -86,8 +101,11 @@ class PCFG(Method):
             num_chains=options.num_chains if num_samples else 1, progress=options.progress,
             checkpoint=options.checkpoint, fingerprint=(self.name, num_samples), description=self.name,
         )
-        stats, warm = independent_stats(trees, log_lik, -float(self.log_phi) * leaves.astype(np.int32),
-                                        n_leaves=leaves)
+        log_prior = -float(self.log_phi) * leaves.astype(np.int32)
+        if mixed:  # each split's missing-value bit: 1/2
+            log_prior = log_prior + grammar.split_log_weight * (leaves.astype(np.int32) - 1)
+        # the depths need the tree's shape only (independent_stats flattens (C, S, N) fields)
+        stats, warm = independent_stats(Tree(*trees[:3]), log_lik, log_prior, n_leaves=leaves)
         fields = dict(problem.posterior_fields(), prior=TreePrior(max_depth=grammar.heap_depth))
         info = dict(seed=options.seed, num_samples=num_samples, seconds=time.perf_counter() - t0,
                     seconds_grammar=seconds_grammar, n_boxes=grammar.n_boxes, log_phi=float(self.log_phi),
