@@ -102,13 +102,19 @@ class PGInfo(NamedTuple):
 
 
 def init(key: PRNGKey | None, data: TreeData, config: PGConfig, tree=None, beta=1.0) -> cgm.CGMState:
-    """Initial state at ``tree`` (default: the stump), as CGM."""
-    return cgm.init(key, data, config.cgm, tree=tree, beta=beta)
+    """Initial state at ``tree`` (default: the stump), as CGM (with categorical features or
+    missing values, a tree with their rule fields: :func:`bdtree_jax.kernels.smc.init_state`)."""
+    del key
+    return smc.init_state(data, config.cgm, tree=tree, beta=beta)
 
 
 def _same_tree(a, b) -> Array:
-    """The two trees have the same splits and rules (inactive slots ignored)."""
+    """The two trees have the same splits and rules, every rule field (inactive slots ignored)."""
     same_rule = (a.feature == b.feature) & (a.cut == b.cut)
+    if a.nan_left is not None:
+        same_rule = same_rule & (a.nan_left == b.nan_left)
+    if a.levels_left is not None:
+        same_rule = same_rule & jnp.all(a.levels_left == b.levels_left, axis=-1)
     return jnp.all(a.is_split == b.is_split) & jnp.all(same_rule | ~a.is_split)
 
 
@@ -120,14 +126,14 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: PGConfig) ->
     P = config.num_particles
     S = smc.max_stages(config.max_depth)
     n = n_nodes(config.max_depth)
-    stump = cgm.init(None, data, config.cgm, beta=state.beta)
+    stump = smc.init_state(data, config.cgm, beta=state.beta)
     particles = jax.tree.map(lambda a: jnp.broadcast_to(a, (P,) + jnp.shape(a)), stump)
     log_w = jnp.full((P,), state.beta * stump.log_lik - jnp.log(P), jnp.float32)
     last = jnp.full((P,), -1, jnp.int32)
     is_reference = jnp.arange(P) == 0
 
-    def advance(uniforms, particle, last, data, is_reference):
-        return smc._advance(uniforms, particle, last, data, config.smc, config.n_bins, state.tree, is_reference)
+    def advance(uniforms, particle, last, data, is_reference, key):
+        return smc._advance(uniforms, particle, last, data, config.smc, config.n_bins, state.tree, is_reference, key)
 
     def cond(carry):
         _, last, _, t = carry
@@ -146,9 +152,9 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: PGConfig) ->
         particles = jax.tree.map(lambda a: a[idx], particles)
         last = last[idx]
         log_w = jnp.full((P,), jax.nn.logsumexp(log_w) - jnp.log(P), jnp.float32)
-        uniforms = jax.random.uniform(k_move, (P, 3))
-        particles, last, increment = jax.vmap(advance, in_axes=(0, 0, 0, None, 0))(
-            uniforms, particles, last, data, is_reference
+        uniforms, keys = smc.move_draws(k_move, P, data)
+        particles, last, increment = jax.vmap(advance, in_axes=(0, 0, 0, None, 0, 0))(
+            uniforms, particles, last, data, is_reference, keys
         )
         return particles, smc.mark_finished(particles, last, data), log_w + increment, t + 1
 

@@ -58,9 +58,10 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import check_cgm_structure, check_valid_cuts, log_cut_probs, splittable
+from ..priors import check_cgm_structure, check_valid_cuts, log_cut_probs, split_mask, splittable
+from ..priors.categorical import general_rules, rule_available
 from ..tree import Tree, leaf_nodes, n_nodes
-from . import cgm
+from . import cgm, smc_general
 from ._moves import draw_rule, propose_grow
 
 __all__ = ["SMC_PROPOSALS", "RESAMPLING", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run", "resample_indices"]
@@ -184,17 +185,43 @@ def init(data: TreeData, config: SMCConfig) -> SMCState:
     check_cgm_structure(data.split_prob, "SMC (method='smc')")
     check_valid_cuts(data, "SMC (method='smc')")
     P, I = config.num_particles, config.n_islands
-    stump = cgm.init(None, data, config.cgm)
+    stump = init_state(data, config.cgm)
     particles = jax.tree.map(lambda a: jnp.broadcast_to(a, (P,) + jnp.shape(a)), stump)
     log_w = jnp.full((P,), stump.log_lik - jnp.log(P // I), jnp.float32)
     zero = jnp.int32(0)
     return SMCState(particles, jnp.full((P,), -1, jnp.int32), log_w, jnp.zeros((I,), bool), zero, zero)
 
 
+def init_state(data: TreeData, config: cgm.CGMConfig, tree: Tree | None = None, beta=1.0) -> cgm.CGMState:
+    """The scored state of ``tree`` (default: the stump); with categorical features or missing
+    values (:func:`~bdtree_jax.priors.categorical.general_rules`) a tree with their rule fields
+    and the nodes' available levels (:func:`bdtree_jax.kernels.cgm_general.init`)."""
+    if general_rules(data):
+        from . import cgm_general
+
+        return cgm_general.init(None, data, config, tree=tree, beta=beta)
+    return cgm.init(None, data, config, tree=tree, beta=beta)
+
+
+def move_draws(key: PRNGKey, P: int, data: TreeData) -> tuple[Array, Array | None]:
+    """The randomness of one grow step of ``P`` particles: (P, 3) uniforms (split or not, feature,
+    cut) and, with categorical features or missing values, (P,) keys (the missing-value bit and
+    the level set); None otherwise (numeric data draw exactly what they always did)."""
+    uniforms = jax.random.uniform(key, (P, 3))
+    return uniforms, (jax.random.split(jax.random.fold_in(key, 1), P) if general_rules(data) else None)
+
+
+def _can_split(state: cgm.CGMState, data: TreeData) -> Array:
+    """(N,) bool: the node has an available rule (a cut, or two levels) and may split."""
+    if general_rules(data):
+        return jnp.any(rule_available(state.lo, state.hi, state.levels), axis=-1) & (split_mask(data.split_prob) > 0)
+    return splittable(state.lo, state.hi, data.split_prob)
+
+
 def _next_node(state: cgm.CGMState, last: Array, data: TreeData) -> tuple[Array, Array]:
     """The particle's next node to decide: its first splittable leaf after ``last``."""
     n = state.tree.is_split.shape[-1]
-    queue = leaf_nodes(state.tree) & splittable(state.lo, state.hi, data.split_prob) & (jnp.arange(n) > last)
+    queue = leaf_nodes(state.tree) & _can_split(state, data) & (jnp.arange(n) > last)
     return jnp.argmax(queue).astype(jnp.int32), jnp.any(queue)
 
 
@@ -231,8 +258,10 @@ def _rule_gains(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int) -
 
 
 def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, config: SMCConfig, n_bins: int,
-             reference: Tree | None = None, is_reference: Array | bool = False):
-    """Decide one particle's next node.  uniforms: (3,).  Returns (state, last, log increment).
+             reference: Tree | None = None, is_reference: Array | bool = False, key: PRNGKey | None = None):
+    """Decide one particle's next node.  uniforms: (3,); ``key``: the particle's key of
+    :func:`move_draws` (categorical features or missing values only: then
+    :func:`bdtree_jax.kernels.smc_general.advance` decides).  Returns (state, last, log increment).
 
     The increments target ``p(T) L(T)^beta`` with the particle's ``state.beta`` (1 for SMC; a
     tempered rung for Particle Gibbs).  With ``reference`` (a Tree of (N,)) and
@@ -243,6 +272,8 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
     if config.proposal != "prior":
         check_valid_cuts(data, "The one-step-optimal particle proposal (proposal='posterior')")
     node, has = _next_node(state, last, data)
+    if general_rules(data):
+        return smc_general.advance(uniforms, key, state, node, has, data, config, n_bins, reference, is_reference)
     p = data.split_prob[node]
     beta = state.beta
     if config.proposal == "prior":
@@ -312,11 +343,11 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
     particles = jax.tree.map(lambda a: a[idx], state.particles)
     last = state.last[idx]
     n = particles.tree.is_split.shape[-1]
-    advance = jax.vmap(functools.partial(_advance, config=config, n_bins=n_bins), in_axes=(0, 0, 0, None))
+    advance = jax.vmap(lambda u, p, l, d, k: _advance(u, p, l, d, config, n_bins, key=k), in_axes=(0, 0, 0, None, 0))
 
     if config.grow == "next":
-        uniforms = jax.random.uniform(k_move, (P, 3))
-        particles, last, increment = advance(uniforms, particles, last, data)
+        uniforms, keys = move_draws(k_move, P, data)
+        particles, last, increment = advance(uniforms, particles, last, data, keys)
     else:
         # Layer-wise: decide, one node at a time, every splittable leaf at depth == stage (the
         # product of node-wise proposals, without resampling in between).
@@ -334,7 +365,8 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
         def body(carry):
             p, l, inc, k = carry
             on = active(p, l)
-            new_p, new_l, step_inc = advance(jax.random.uniform(jax.random.fold_in(k_move, k), (P, 3)), p, l, data)
+            uniforms, keys = move_draws(jax.random.fold_in(k_move, k), P, data)
+            new_p, new_l, step_inc = advance(uniforms, p, l, data, keys)
             p = jax.tree.map(lambda a, b: jnp.where(on.reshape((P,) + (1,) * (a.ndim - 1)), a, b), new_p, p)
             return p, jnp.where(on, new_l, l), inc + jnp.where(on, step_inc, 0.0), k + 1
 
