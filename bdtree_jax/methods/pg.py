@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..kernels import cgm as cgm_kernel, pg as pg_kernel, smc as smc_kernel
+from ..kernels import cgm as cgm_kernel, pg as pg_kernel, smc as smc_kernel, smc_general
+from ..priors.categorical import general_rules
 from .base import Kernel, MCMCMethod, with_tempering
 
 __all__ = ["PG"]
@@ -24,6 +25,11 @@ class PG(MCMCMethod):
     proposal : {"prior", "posterior"}, default "prior"
         How a particle decides its next node: from the prior, or the one-step-optimal proposal.
         ``valid_cuts="ancestors"`` needs "prior".
+
+    Categorical features and missing values (docs/categorical-missing.md) are sampled with
+    either proposal (tempered or not); "posterior" scores every partition of a categorical
+    feature's levels and supports features of at most 8 levels (more: a ``ValueError``
+    suggesting "prior").
     """
 
     num_particles: int = 10
@@ -39,8 +45,13 @@ class PG(MCMCMethod):
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, n_cuts = problem.prior, int(problem.grid.n_cuts.max())
+        n_bins = n_cuts + 1
+        if general_rules(problem.data):
+            smc_general.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
+                                   f"{where}method='pg'")
+            n_bins = smc_general.n_codes(problem.grid)
         config = pg_kernel.PGConfig(
-            prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal, n_bins=n_cuts + 1,
+            prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal, n_bins=n_bins,
             trace_dtypes=cgm_kernel.CGMConfig.from_prior(
                 prior, n_features=problem.data.bins.shape[1], n_cuts=n_cuts).trace_dtypes,
         )

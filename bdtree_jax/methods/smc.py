@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..driver import run_independent
-from ..kernels import smc as smc_kernel
+from ..kernels import smc as smc_kernel, smc_general
+from ..priors.categorical import general_rules
+from ..tree import Tree
 
 from .base import Method, independent_stats
 
@@ -41,6 +43,10 @@ class SMC(Method):
     ess_threshold : float in [0, 1], default 0.1
         An island resamples when its effective sample size falls to ``ess_threshold`` times its
         particles (0: never, 1: after every stage).
+
+    Categorical features and missing values (docs/categorical-missing.md) are sampled with
+    either proposal; "posterior" scores every partition of a categorical feature's levels and
+    supports features of at most 8 levels (more: a ``ValueError`` suggesting "prior").
     """
 
     num_particles: int = 100
@@ -63,6 +69,10 @@ class SMC(Method):
         config = smc_kernel.SMCConfig(prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal,
                                       float(self.ess_threshold), self.resampling, self.grow, int(self.n_islands))
         n_bins = int(problem.grid.n_cuts.max()) + 1
+        if general_rules(problem.data):
+            smc_general.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
+                                   f"{where}method='smc'")
+            n_bins = smc_general.n_codes(problem.grid)
         key = jax.random.key(options.seed)
         t0 = time.perf_counter()
         runs = run_independent(
@@ -75,7 +85,7 @@ class SMC(Method):
         draws = np.stack([self._resample(jax.random.fold_in(key, c), runs.log_weight[c], options.num_samples)
                           for c in range(options.num_chains)])
         trees = jax.tree.map(lambda a: np.asarray(a)[chains, draws], runs.trees)
-        stats, warm = independent_stats(trees, np.asarray(runs.log_lik)[chains, draws],
+        stats, warm = independent_stats(Tree(*trees[:3]), np.asarray(runs.log_lik)[chains, draws],
                                         np.asarray(runs.log_prior)[chains, draws])
         info = dict(seed=options.seed, num_samples=options.num_samples, seconds=seconds, config=repr(config),
                     n_stages=[int(n) for n in runs.n_stages], n_resampled=[int(n) for n in runs.n_resampled])
