@@ -189,10 +189,13 @@ class SplitGrid:
         index); NaN without a ``missing_code`` is a ``ValueError``."""
         X = np.asarray(X, float)
         out = np.empty(X.shape, np.int32)
+        has_nan = np.isnan(X).any(0)
         for f in range(self.n_features):
             col, lv = X[:, f], self.levels[f]
             if lv is None:
                 out[:, f] = np.searchsorted(self.thresholds[f, : self.n_cuts[f]], col, side="left")
+                if not has_nan[f]:
+                    continue
                 missing = np.isnan(col)
             else:
                 with np.errstate(invalid="ignore"):

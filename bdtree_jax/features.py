@@ -27,7 +27,7 @@ MISSING = ("mia", "error")
 #: The methods whose kernels sample categorical rules and missing-value bits ("bart": the BART
 #: estimators, any tree sampler).  Every other method refuses categorical columns and missing
 #: cells before anything is compiled (:func:`check_supported`).
-SUPPORTS_CATEGORICAL = ("cgm", "bart")
+SUPPORTS_CATEGORICAL = ("cgm", "bart", "smc", "pg")
 
 
 class NonNumericInputError(ValueError, TypeError):
@@ -77,7 +77,7 @@ def read_table(X, *, categorical_features="from_dtype", missing="mia", levels=No
     where = f"{estimator}: " if estimator else ""
     check_missing_option(missing, where)
     fitted = levels is not None
-    n, names, columns, frame = _columns(X, name, where)
+    n, names, columns, frame, matrix = _columns(X, name, where)
     F = len(columns)
     if F < 1:
         raise ValueError(f"{where}{name} has 0 feature(s) (shape=({n}, 0)) while a minimum of 1 is required.")
@@ -102,22 +102,28 @@ def read_table(X, *, categorical_features="from_dtype", missing="mia", levels=No
                     else "declare them categorical (categorical_features=[...]) or encode them as numbers")
             raise ValueError(f"{where}{name} has non-numeric columns {bad}; {hint} (e.g. pandas.get_dummies or an "
                              "OrdinalEncoder).")
-    out = np.empty((n, F))
-    found = []
+    if matrix is not None:  # a numeric array: its float copy
+        out = matrix
+    elif frame is not None and not any(categorical):  # numeric columns: one conversion
+        out = frame.to_numpy(dtype=float, na_value=np.nan)
+    else:  # column by column (into contiguous columns)
+        out = np.empty((n, F), order="F")
+        for f, col in enumerate(columns):
+            if not categorical[f]:
+                out[:, f] = _ordered(col, label[f], name, where)
+    found = [None] * F
     for f, col in enumerate(columns):
         if categorical[f]:
-            out[:, f], lv = _encode_categorical(col, levels[f] if fitted else None, label[f], name, where)
-            found.append(lv)
-        else:
-            out[:, f] = _ordered(col, label[f], name, where)
-            found.append(None)
+            out[:, f], found[f] = _encode_categorical(col, levels[f] if fitted else None, label[f], name, where)
+    out = np.ascontiguousarray(out)
     _check_values(out, categorical, label, missing, fitted, name, where)
     return Table(out, names, tuple(found))
 
 
 def _columns(X, name: str, where: str):
-    """``(n, names, columns, frame)``: the rows, the DataFrame's names (else None), its F columns
-    as Series or 1-D arrays (a numeric array's as floats) and the DataFrame (else None)."""
+    """``(n, names, columns, frame, matrix)``: the rows, the DataFrame's names (else None), its F
+    columns as Series or 1-D arrays, the DataFrame (else None) and a numeric array's float copy
+    (else None)."""
     import scipy.sparse as sp
 
     if X is None:
@@ -125,7 +131,7 @@ def _columns(X, name: str, where: str):
     if sp.issparse(X):
         raise ValueError(f"{where}sparse data was passed for {name}, but dense data is required; use X.toarray().")
     if isinstance(X, pd.DataFrame):
-        return X.shape[0], [str(c) for c in X.columns], [X.iloc[:, f] for f in range(X.shape[1])], X
+        return X.shape[0], [str(c) for c in X.columns], [X.iloc[:, f] for f in range(X.shape[1])], X, None
     arr = np.asarray(X)
     if arr.dtype.kind == "c":
         raise ValueError(f"{where}Complex data not supported in {name}.")
@@ -135,9 +141,8 @@ def _columns(X, name: str, where: str):
             f"length {arr.shape[0]}. Reshape your data with X.reshape(-1, 1) for a single feature.")
     if arr.ndim != 2:
         raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); got shape {arr.shape}.")
-    if arr.dtype.kind in "biuf":
-        arr = arr.astype(float)
-    return arr.shape[0], None, [arr[:, f] for f in range(arr.shape[1])], None
+    matrix = arr.astype(float) if arr.dtype.kind in "biuf" else None
+    return arr.shape[0], None, [arr[:, f] for f in range(arr.shape[1])], None, matrix
 
 
 def _is_categorical_dtype(col) -> bool:
@@ -237,8 +242,10 @@ def _encode_categorical(col, levels, label: str, name: str, where: str):
 def _check_values(X: np.ndarray, categorical, label, missing: str, fitted: bool, name: str, where: str) -> None:
     """Infinite values are errors; missing cells are errors under ``missing="error"`` (at
     prediction: the model has no missing-value rule)."""
+    if np.isfinite(X).all():  # the common case, in one pass
+        return
     ordered = ~np.asarray(categorical, bool)
-    inf = np.isinf(X[:, ordered])
+    inf = np.isinf(X if ordered.all() else X[:, ordered])  # no copy of an all-ordered table
     if inf.any():
         first = label[int(np.flatnonzero(ordered)[np.flatnonzero(inf.any(0))[0]])]
         raise ValueError(f"{where}{name} contains {int(inf.sum())} infinite values (first in column {first}); "

@@ -224,10 +224,10 @@ def test_bart_refuses_categorical_and_missing():
 
 def test_check_supported_passes_plain_data_and_supported_methods():
     X = np.array([[1.0, np.nan]])
-    check_supported("pg", (None, None), np.ones((1, 2)), None)
+    check_supported("hmc-df", (None, None), np.ones((1, 2)), None)
     check_supported("cgm", (None, np.array(["a"], dtype=object)), X, None)
     with pytest.raises(ValueError, match=r"column 1 has 1"):
-        check_supported("pg", (None, None), X, None)
+        check_supported("hmc-df", (None, None), X, None)
 
 
 def test_scikit_learn_allow_nan_tag():
@@ -235,7 +235,7 @@ def test_scikit_learn_allow_nan_tag():
     assert bd.BayesianTreeClassifier().__sklearn_tags__().input_tags.allow_nan
     assert bd.BayesianTreeRegressor(method=bd.CGM()).__sklearn_tags__().input_tags.allow_nan
     assert not bd.BayesianTreeClassifier(missing="error").__sklearn_tags__().input_tags.allow_nan
-    assert not bd.BayesianTreeClassifier(method="pg").__sklearn_tags__().input_tags.allow_nan
+    assert not bd.BayesianTreeClassifier(method="hmc-df").__sklearn_tags__().input_tags.allow_nan
     assert bd.BARTRegressor().__sklearn_tags__().input_tags.allow_nan == ("bart" in SUPPORTS_CATEGORICAL)
 
 
