@@ -109,14 +109,14 @@ def _bad_inputs():
     ynan[0] = None
     return [
         ("nan in X", dict(X=nan, y=y), dict(missing="error"), "NaN"),
-        ("nan in X, pg", dict(X=nan, y=y), dict(method="pg"), "method='pg' does not support missing values"),
+        ("nan in X, hmc-df", dict(X=nan, y=y), dict(method="hmc-df"), "method='hmc-df' does not support missing"),
         ("inf in X", dict(X=inf, y=y), {}, "infinite"),
         ("nan in y", dict(X=Xn, y=ynan), {}, "missing"),
         ("lengths", dict(X=Xn, y=y[:-1]), {}, "must match"),
         ("one class", dict(X=Xn, y=np.zeros(150)), {}, "only one class"),
         ("too few rows", dict(X=Xn[:5], y=y[:5]), dict(min_leaf_size=3), "2 \\* min_leaf_size"),
         ("strings", dict(X=strings, y=y), dict(categorical_features=None), "non-numeric columns \\['sepal_length'\\]"),
-        ("strings, smc", dict(X=strings, y=y), dict(method="smc"), "method='smc' does not support categorical"),
+        ("strings, hmc-df", dict(X=strings, y=y), dict(method="hmc-df"), "method='hmc-df' does not support categ"),
         ("string array", dict(X=np.array([["a", "b"]] * 10), y=[0, 1] * 5), {}, "must be numeric"),
         ("unknown method", dict(X=Xn, y=y), dict(method="magic"), "unknown method 'magic'"),
         ("max_depth", dict(X=Xn, y=y), dict(max_depth=0), "max_depth must be an integer >= 1"),
