@@ -90,6 +90,10 @@ rule is the pinball prior's own truncation at ``max_depth``.
 **Schedule** (:func:`wu`): one iteration = ``n_local`` CGM steps, one restructure, ``n_local``
 CGM steps (the paper's published protocol uses 25).  The restructure is not ergodic alone (the
 partition never changes), the CGM steps are; each piece leaves ``p(T) L(T)^beta`` invariant.
+
+**Categorical features and missing values** (``CGMConfig.general_rules``): :func:`wu` returns
+:func:`~bdtree_jax.kernels.wu_general.wu_general` (the general-rule CGM steps and the MH
+restructure over rules with level sets and missing-value bits).  Numeric data never reach it.
 """
 
 from __future__ import annotations
@@ -465,6 +469,10 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
     """The WU schedule as a :class:`SamplingAlgorithm` (chains start at the stump).  Recorded per
     iteration: CGM's trace (the tree after the iteration; ``move`` / ``accepted`` as in
     :class:`WUInfo`) plus ``restructure_accepted``, ``restructure_kind`` and ``local_accept_rate``."""
+    if config.cgm_config.general_rules:  # categorical features or missing values
+        from .wu_general import wu_general
+
+        return wu_general(config)
     cgm_config, rconfig, n_local = config.cgm_config, config.restructure_config, config.n_local
 
     def init_fn(key, data):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..kernels import cgm as cgm_kernel, wu as wu_kernel
+from ..priors.categorical import check_general_rules, general_rules
 from .base import Kernel, MCMCMethod, check_integer, with_tempering
 from .cgm import CGM_MOVE_PROBS
 
@@ -16,7 +17,11 @@ __all__ = ["WU"]
 class WU(MCMCMethod):
     """Wu, Tjelmeland & West (2007) (:mod:`~bdtree_jax.kernels.wu`): per iteration ``n_local``
     CGM steps, one restructure move that redraws the tree over its fixed leaf partition, and
-    ``n_local`` CGM steps.  Samples the CGM98 and the pinball structure priors.
+    ``n_local`` CGM steps.  Samples the CGM98 and the pinball structure priors.  With
+    categorical features or missing values (docs/categorical-missing.md) the local steps are the
+    general-rule CGM chain and the restructure the Metropolis–Hastings move over the rules that
+    keep every leaf group on one side (:mod:`~bdtree_jax.kernels.wu_general`; CGM98 prior only,
+    no fibre-Gibbs draw).
 
     Parameters
     ----------
@@ -25,7 +30,8 @@ class WU(MCMCMethod):
     restructure : {"auto", "pi", "gibbs"}, default "auto"
         "auto": the exact fibre-Gibbs draw (always accepted) when the tree has at most
         ``max_groups`` leaves, else the Metropolis–Hastings move with Variant Π; "pi": always the
-        MH move; "gibbs": always the Gibbs draw (needs ``2**max_depth <= max_groups``).
+        MH move; "gibbs": always the Gibbs draw (needs ``2**max_depth <= max_groups``).  With
+        categorical features or missing values "auto" is the MH move and "gibbs" is refused.
     max_groups : int in [2, 12], default 10
         The most leaves the Gibbs draw handles.
     move_probs : (4,) tuple, default (0.25, 0.25, 0.40, 0.10)
@@ -49,11 +55,18 @@ class WU(MCMCMethod):
     def check(self, problem, where=""):
         super().check(problem, where)
         wu_kernel.check_restructure(self.restructure, self.max_groups, problem.prior.max_depth, where=where)
+        if general_rules(problem.data):
+            check_general_rules(problem.data, problem.prior.structure, f"{where}method='wu'")
+            if self.restructure == "gibbs":
+                raise ValueError(f"{where}method='wu': restructure='gibbs' (the fibre-Gibbs draw) is not available with "
+                                 "categorical features or missing values; use restructure='auto' or 'pi' (the "
+                                 "Metropolis-Hastings move).")
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         config = cgm_kernel.CGMConfig.from_prior(
             problem.prior, self.move_probs, n_features=problem.data.bins.shape[1],
             n_cuts=int(problem.grid.n_cuts.max()), incremental=chain_method == "sequential",
+            general_rules=general_rules(problem.data),
         )
         wu_config = wu_kernel.WUConfig(config, int(self.n_local), restructure=self.restructure,
                                        max_groups=self.max_groups)
