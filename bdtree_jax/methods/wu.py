@@ -54,13 +54,13 @@ class WU(MCMCMethod):
 
     def check(self, problem, where=""):
         super().check(problem, where)
-        wu_kernel.check_restructure(self.restructure, self.max_groups, problem.prior.max_depth, where=where)
         if general_rules(problem.data):
             check_general_rules(problem.data, problem.prior.structure, f"{where}method='wu'")
             if self.restructure == "gibbs":
                 raise ValueError(f"{where}method='wu': restructure='gibbs' (the fibre-Gibbs draw) is not available with "
                                  "categorical features or missing values; use restructure='auto' or 'pi' (the "
                                  "Metropolis-Hastings move).")
+        wu_kernel.check_restructure(self.restructure, self.max_groups, problem.prior.max_depth, where=where)
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         config = cgm_kernel.CGMConfig.from_prior(
