@@ -27,7 +27,7 @@ MISSING = ("mia", "error")
 #: The methods whose kernels sample categorical rules and missing-value bits ("bart": the BART
 #: estimators, any tree sampler).  Every other method refuses categorical columns and missing
 #: cells before anything is compiled (:func:`check_supported`).
-SUPPORTS_CATEGORICAL = ("cgm", "bart", "smc", "pg", "wu")
+SUPPORTS_CATEGORICAL = ("cgm", "bart", "smc", "pg", "wu", "pcfg")
 
 
 class NonNumericInputError(ValueError, TypeError):

@@ -193,7 +193,7 @@ def test_wu_matches_exact_posterior(weights):
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
     config = wu.WUConfig(cgm.CGMConfig.from_prior(prior, general_rules=True), n_local=2, weights=weights)
-    traces, _ = run_chains(wu.wu(config), data, key=jax.random.key(7), num_chains=4, num_iterations=30_000,
+    traces, _ = run_chains(wu_general.wu_general(config), data, key=jax.random.key(7), num_chains=4, num_iterations=30_000,
                            progress=False)
     assert np.asarray(traces["restructure_accepted"]).mean() > 0.05
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
@@ -231,7 +231,7 @@ def test_tempered_wu_matches_exact_posterior():
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
     config = wu.WUConfig(cgm.CGMConfig.from_prior(prior, general_rules=True), n_local=2)
-    traces, _ = run_chains(tempered(wu.wu(config), ladder(3)), data, key=jax.random.key(8), num_chains=4,
+    traces, _ = run_chains(tempered(wu_general.wu_general(config), ladder(3)), data, key=jax.random.key(8), num_chains=4,
                            num_iterations=30_000, progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     assert set(sampled) <= set(exact)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..priors import TreePrior
 from ..tree import _fmt
-from .hard import _box_arrays, _cut_log_probs, _leaf_terms, _total_log_lik, _valid_cuts
+from ._shared import _box_arrays, _cut_log_probs, _leaf_terms, _total_log_lik, _valid_cuts
 
 __all__ = ["enumerate_mixed_trees", "resolve_categorical", "parse_tree_string", "string_leaf_partition"]
 

@@ -218,11 +218,7 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def _residual_data(data: BARTData, residual: Array, sigma2: Array) -> TreeData:
-    """The TreeData of one tree update: rows ``[1, r, r**2]`` of the residual and the leaf model
-    with the current ``sigma2``."""
-    point_stats = jnp.stack([jnp.ones_like(residual), residual, residual * residual], axis=1)
-    return data.tree_data._replace(point_stats=point_stats.astype(jnp.float32), likelihood=_leaf_model(data, sigma2))
+_residual_data = bart_general.residual_data  # the TreeData of one tree update on its residual
 
 
 def _leaf_model(data: BARTData, sigma2: Array) -> BARTLeafNormal:

@@ -15,13 +15,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..likelihoods import BARTLeafNormal
 from ..priors import split_mask, subtree_sums
 from ..priors.categorical import rule_available
 from ..tree import leaf_nodes, n_nodes
 from . import cgm_general
 from ._moves import CGMState
 
-__all__ = ["sweep", "can_split"]
+__all__ = ["sweep", "can_split", "residual_data"]
+
+
+def residual_data(data, residual, sigma2):
+    """The TreeData of one tree update: rows ``[1, r, r**2]`` of the residual and the leaf model
+    (the data's ``tau2`` with the current ``sigma2``)."""
+    point_stats = jnp.stack([jnp.ones_like(residual), residual, residual * residual], axis=1)
+    likelihood = BARTLeafNormal(sigma2, data.tree_data.likelihood.tau2)
+    return data.tree_data._replace(point_stats=point_stats.astype(jnp.float32), likelihood=likelihood)
 
 
 def can_split(trees: CGMState, split_prob) -> jax.Array:
@@ -33,8 +42,6 @@ def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, conf
     """One pass over the trees (a ``lax.scan``); returns ``(total, leaf_values, changed, trees,
     can_split)`` as :func:`bdtree_jax.kernels.bart._kernel_sweep`.  ``uniforms`` (M, 6) and
     ``tree_keys`` (M,) are each tree's :func:`~bdtree_jax.kernels.cgm_general.draw`."""
-    from .bart import _residual_data
-
     N = n_nodes(config.max_depth)
     trees = state.trees
     cgm_config = config.cgm
@@ -43,7 +50,7 @@ def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, conf
         (tree, leaf_id, lo, hi, levels, log_prior), values, u, z, k = xs
         old = values[leaf_id]
         residual = target - (total - old)
-        data_m = _residual_data(data, residual, sigma2)
+        data_m = residual_data(data, residual, sigma2)
         stats = subtree_sums(data_m.point_stats, leaf_id, N)
         log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree))
         current = CGMState(tree, leaf_id.astype(jnp.int32), stats, lo, hi, log_lik, log_prior, jnp.float32(1.0),

@@ -608,11 +608,7 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
         return trace(state, info, config.trace_dtypes)
 
     if config.general_rules:
-        from . import cgm_general
-
-        return SamplingAlgorithm(lambda key, data: cgm_general.init(key, data, config),
-                                 lambda draws, state, data: cgm_general.step(draws, state, data, config),
-                                 trace_fn, cgm_general.draw, steps_per_pass=2)
+        raise ValueError("cgm(config) with general_rules: use bdtree_jax.kernels.cgm_general.sampler(config).")
 
     def init_fn(key, data):
         return init(key, data, config)

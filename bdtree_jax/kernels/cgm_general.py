@@ -31,9 +31,11 @@ from ..tree import (
     make_tree, rule_at, swap,
 )
 from ._moves import CGMState, mh_log_ratio, pick
+from . import cgm as cgm_kernel, regrow as regrow_kernel
 from .base import SamplingAlgorithm
+from .cgm import CGMInfo, _choose_move, _log_move_probs, _log_q_ratio
 
-__all__ = ["init", "draw", "step", "score", "targets", "regrow_step", "regrow_sampler"]
+__all__ = ["init", "draw", "step", "score", "targets", "regrow_step", "regrow_sampler", "sampler"]
 
 
 def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
@@ -72,8 +74,6 @@ def targets(state: CGMState, data: TreeData) -> Array:
 
 def step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, object]:
     """One MH proposal from :func:`draw`'s ``draws``."""
-    from .cgm import CGMInfo, _choose_move, _log_move_probs, _log_q_ratio
-
     uniforms, key = draws
     tree = state.tree
     target_nodes = targets(state, data)
@@ -146,8 +146,6 @@ def regrow_step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMStat
     level by level (each level's availability from the partial tree), accepted with
     ``(d_T / d_T') (L(T') / L(T))**beta``.  ``draws``: :func:`bdtree_jax.kernels.regrow.draw`'s
     (two uniforms, (N, 3) uniforms per slot, a key for the slots' level sets)."""
-    from .cgm import CGMInfo
-
     (u_node, u_accept), sub, key = draws
     tree = state.tree
     depth = config.max_depth
@@ -208,12 +206,20 @@ def _grow_level(tree: Tree, slots: Array, rules, grow_here: Array) -> Tree:
 
 
 @functools.lru_cache(maxsize=64)
+def sampler(config) -> SamplingAlgorithm:
+    """The general-rule CGM chain as a :class:`SamplingAlgorithm` (proposal "cgm"; ``config`` a
+    :class:`~bdtree_jax.kernels.cgm.CGMConfig` with ``general_rules``)."""
+    return SamplingAlgorithm(lambda key, data: init(key, data, config),
+                             lambda draws, state, data: step(draws, state, data, config),
+                             lambda state, info: cgm_kernel.trace(state, info, config.trace_dtypes), draw,
+                             steps_per_pass=2)
+
+
+@functools.lru_cache(maxsize=64)
 def regrow_sampler(config, with_cgm: bool) -> SamplingAlgorithm:
     """Prune-and-regrow (``with_cgm=False``: proposal "regrow") or one CGM then one
     prune-and-regrow proposal per iteration ("cgm+regrow"), with the general rules; ``config``
     a :class:`~bdtree_jax.kernels.cgm.CGMConfig` with ``general_rules``."""
-    from . import cgm as cgm_kernel, regrow as regrow_kernel
-
     regrow_draw = functools.partial(regrow_kernel.draw, max_depth=config.max_depth)
 
     def init_fn(key, data):

@@ -470,9 +470,7 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
     iteration: CGM's trace (the tree after the iteration; ``move`` / ``accepted`` as in
     :class:`WUInfo`) plus ``restructure_accepted``, ``restructure_kind`` and ``local_accept_rate``."""
     if config.cgm_config.general_rules:  # categorical features or missing values
-        from .wu_general import wu_general
-
-        return wu_general(config)
+        raise ValueError("wu(config) with general_rules: use bdtree_jax.kernels.wu_general.wu_general(config).")
     cgm_config, rconfig, n_local = config.cgm_config, config.restructure_config, config.n_local
 
     def init_fn(key, data):

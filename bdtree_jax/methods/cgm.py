@@ -147,7 +147,9 @@ class CGM(MCMCMethod):
             algorithm = perturb_kernel.with_perturb(config, perturb_config)
             return Kernel(data, (config, perturb_config, self.proposal, betas),
                           with_tempering(algorithm, betas, chain_method))
-        if general and self.proposal != "cgm":
+        if general and self.proposal == "cgm":
+            algorithm = cgm_general.sampler(config)
+        elif general:
             check_valid_cuts(data, f"{where}prune-and-regrow (proposal {self.proposal!r})")
             algorithm = cgm_general.regrow_sampler(config, self.proposal == "cgm+regrow")
         else:

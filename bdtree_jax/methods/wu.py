@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..kernels import cgm as cgm_kernel, wu as wu_kernel
+from ..kernels import cgm as cgm_kernel, wu as wu_kernel, wu_general
 from ..priors.categorical import check_general_rules, general_rules
 from .base import Kernel, MCMCMethod, check_integer, with_tempering
 from .cgm import CGM_MOVE_PROBS
@@ -70,5 +70,7 @@ class WU(MCMCMethod):
         )
         wu_config = wu_kernel.WUConfig(config, int(self.n_local), restructure=self.restructure,
                                        max_groups=self.max_groups)
-        algorithm = with_tempering(wu_kernel.wu(wu_config), betas, chain_method)
+        algorithm = with_tempering(
+            (wu_general.wu_general if wu_config.cgm_config.general_rules else wu_kernel.wu)(wu_config), betas,
+            chain_method)
         return Kernel(problem.data, (wu_config, tuple(betas)), algorithm)

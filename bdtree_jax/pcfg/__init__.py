@@ -65,13 +65,15 @@ counterpart for categorical features and missing values) and :mod:`~bdtree_jax.p
 
 from ..data import code_features
 from .draws import log_prob, map_tree, predictive, query_codes, sample_paths, sample_trees
-from .grammar import BoxGrammar, build_grammar, estimate_boxes
+from .grammar import BoxGrammar, build_box_grammar, estimate_boxes
+from .mixed import build_grammar
 from .mixed import MAX_LEVELS, code_mixed_features
 
 __all__ = [
     "BoxGrammar",
     "code_features",
     "build_grammar",
+    "build_box_grammar",
     "sample_trees",
     "map_tree",
     "log_prob",

@@ -15,7 +15,7 @@ from jax.scipy.special import logsumexp
 
 from ..tree import MISSING_CODE, over_draws
 
-__all__ = ["BoxGrammar", "build_grammar", "estimate_boxes", "level_chunks"]
+__all__ = ["BoxGrammar", "build_box_grammar", "estimate_boxes", "level_chunks"]
 
 _MAX_HEAP_DEPTH = 10  # heap depth used for draws when max_depth is None (2047 slots)
 
@@ -324,7 +324,7 @@ def estimate_boxes(codes: np.ndarray, max_depth=None) -> float:
     return min(grid, sum((2 * K) ** d for d in range(max_depth + 1)))
 
 
-def build_grammar(
+def build_box_grammar(
     codes: np.ndarray,
     point_stats: np.ndarray,
     likelihood,
@@ -364,11 +364,8 @@ def build_grammar(
     """
     codes = np.ascontiguousarray(codes, np.int32)
     if (categorical is not None and np.any(categorical)) or (codes == MISSING_CODE).any():
-        from .mixed import build_mixed_grammar
-
-        return build_mixed_grammar(codes, point_stats, likelihood, categorical=categorical, level_count=level_count,
-                                   log_phi=log_phi, max_depth=max_depth, boundary_cut=boundary_cut,
-                                   max_boxes=max_boxes, max_bytes=max_bytes, where=where)
+        raise ValueError("build_box_grammar: categorical features or missing cells need pcfg.build_grammar "
+                         "(the mixed grammar).")
     n, F = codes.shape
     layout = _Layout(codes)
     K = layout.K

@@ -41,9 +41,9 @@ import numpy as np
 
 from ..data import code_features
 from ..tree import MISSING_CODE, level_words
-from .grammar import BoxGrammar, _dag_height, _scores
+from .grammar import BoxGrammar, _dag_height, _scores, build_box_grammar
 
-__all__ = ["MAX_LEVELS", "build_mixed_grammar", "check_levels", "code_mixed_features"]
+__all__ = ["MAX_LEVELS", "build_grammar", "build_mixed_grammar", "check_levels", "code_mixed_features"]
 
 #: Most levels a categorical feature may have in the PCFG grammar (every one of the
 #: ``2^(L-1) - 1`` partitions of its levels is a candidate split: 127 at 8 levels).
@@ -291,3 +291,15 @@ def build_mixed_grammar(codes, point_stats, likelihood, *, categorical=None, lev
         log_prior_q=log_prior_q, cand_nan_left=nan, cand_levels=cand_levels, categorical=categorical.copy(),
         split_log_weight=-_LOG2,
     )
+
+
+def build_grammar(codes, point_stats, likelihood, *, categorical=None, level_count=None, **options):
+    """The grammar of ``codes``: :func:`~bdtree_jax.pcfg.grammar.build_box_grammar`'s on numeric
+    codes without missing cells, else :func:`build_mixed_grammar`'s (``grid_bytes`` does not
+    apply there); the options are :func:`~bdtree_jax.pcfg.grammar.build_box_grammar`'s."""
+    codes = np.ascontiguousarray(codes, np.int32)
+    if (categorical is not None and np.any(categorical)) or (codes == MISSING_CODE).any():
+        options.pop("grid_bytes", None)
+        return build_mixed_grammar(codes, point_stats, likelihood, categorical=categorical, level_count=level_count,
+                                   **options)
+    return build_box_grammar(codes, point_stats, likelihood, **options)

@@ -605,16 +605,15 @@ class PCFGPosterior(Posterior):
         """Per feature, the raw thresholds of its code boundaries, (B_f - 1,) each (with
         bucketing: the only splits the prior allows)."""
         g = self.grammar
-        return [self.grid.thresholds[f, g.cand_cut[g.cand_feature == f]] for f in range(g.n_features)]
+        categorical = g.categorical if g.categorical is not None else np.zeros(g.n_features, bool)
+        return [self.grid.thresholds[f, np.unique(g.cand_cut[g.cand_feature == f])] if not categorical[f]
+                else np.zeros(0) for f in range(g.n_features)]
 
     def _codes(self, X) -> np.ndarray:
-        """Codes (n, F) of new rows: ``code <= t`` iff ``bin <= cand_cut[t]``, so the code is the
-        number of the feature's boundary cuts below the row's bin."""
-        bins, g = self._bins(X), self.grammar
-        return np.stack(
-            [np.searchsorted(g.cand_cut[g.cand_feature == f], bins[:, f], side="left") for f in range(g.n_features)],
-            axis=1,
-        ).astype(np.int32)
+        """The grammar's codes (n, F) of new rows (:func:`~bdtree_jax.pcfg.query_codes`)."""
+        from ..pcfg import query_codes
+
+        return query_codes(self.grammar, self._bins(X))
 
     def map_tree(self) -> Tree:
         """The exact maximum a posteriori tree (from ``Q_max``; not just the best draw)."""
