@@ -61,7 +61,7 @@ def _tv(p: dict, q: dict) -> float:
     return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
 
 
-@pytest.mark.parametrize("valid_cuts", ["data", "ancestors"])
+@pytest.mark.parametrize("valid_cuts", ["data", pytest.param("ancestors", marks=pytest.mark.slow)])
 def test_cgm_matches_exact_posterior_with_categorical_and_missing(valid_cuts):
     """Every sampled tree is in the exact support, and the visit frequencies are within TV 0.04
     of the exact posterior (1,089 trees of depth <= 2 under "data": level partitions, the
@@ -121,7 +121,7 @@ def test_regrow_matches_exact_posterior(with_cgm):
     assert _tv(sampled, exact) < 0.04
 
 
-@pytest.mark.parametrize("tree_sampler", ["grow-prune", "cgm"])
+@pytest.mark.parametrize("tree_sampler", ["grow-prune", pytest.param("cgm", marks=pytest.mark.slow)])
 def test_one_bart_tree_matches_exact_posterior(tree_sampler):
     """BART with one tree and sigma2 fixed on the categorical + missing data: the residual is y,
     so the trees follow p(T) p(y | T) with the leaf values integrated out.  The exact posterior

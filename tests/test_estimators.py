@@ -150,6 +150,7 @@ def test_dataframe_with_boolean_column_is_rejected_without_categorical_features(
         bd.BayesianTreeClassifier(**FAST, categorical_features=None).fit(X, [0, 1, 0, 1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "estimator",
     [

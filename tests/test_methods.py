@@ -91,7 +91,8 @@ def test_from_flat_maps_keywords_onto_the_objects():
 # The driver's one decision
 
 
-@pytest.mark.parametrize("method", [bd.PG(num_particles=3), bd.CGM(initial_tree=T0)], ids=["pg", "edit-prior"])
+@pytest.mark.parametrize("method", [bd.PG(num_particles=3), pytest.param(bd.CGM(initial_tree=T0), marks=pytest.mark.slow)],
+                         ids=["pg", "edit-prior"])
 def test_tempered_rungs_are_vectorized_with_the_chains(iris, method, monkeypatch):
     """chain_method="vectorized" builds tempered PG and the edit prior with vmap-ped rungs (and
     "sequential" with looped ones): the kernel follows the driver's decision, and the chains are

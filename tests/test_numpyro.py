@@ -182,7 +182,7 @@ def user_model(X, y=None):
     numpyro.sample("y", dist.Normal(phi @ leaf, NOISE), obs=y)
 
 
-@pytest.mark.parametrize("grow_prob", [0.5, 0.8])
+@pytest.mark.parametrize("grow_prob", [0.5, pytest.param(0.8, marks=pytest.mark.slow)])
 def test_tree_kernel_matches_exact_topology_posterior(tiny_regression, grow_prob):
     # 4 chains x 10000 kept draws (~20 % of iterations move the topology): the effective sample
     # size of each topology's indicator is ~2000-2700; TV seen over seeds 0-2: 0.006-0.013

@@ -63,6 +63,7 @@ def test_same_seed_same_draws_and_block_size_invariance(problem):
     assert not np.array_equal(a["log_lik"], different["log_lik"])
 
 
+@pytest.mark.slow
 def test_draws_do_not_depend_on_devices_or_chain_count(problem):
     assert len(jax.devices()) >= 2, "conftest asks for 4 CPU devices"
     sharded = _run(problem, num_chains=4)
@@ -73,6 +74,7 @@ def test_draws_do_not_depend_on_devices_or_chain_count(problem):
     _assert_same_draws(jax.tree.map(lambda x: x[:2], sharded), two)
 
 
+@pytest.mark.slow
 def test_vectorized_chains_give_the_same_trees(problem):
     """Batched chains, with the incremental kernel and with the branch-free full re-scoring one
     (the default on GPUs), follow the same chains as the sequential default."""

@@ -51,6 +51,7 @@ def test_four_devices():
 # --- BART ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bart_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     """200 grow-prune sweeps of 200 trees, every sweep kept: the same trees in every draw, leaf
     values and sigma to float32 round-off."""
@@ -84,6 +85,7 @@ def test_bart_state_rows_live_on_the_data_axis(friedman):
     assert specs.tree_data.split_prob == P(None)  # (N,) a table: replicated
 
 
+@pytest.mark.slow
 def test_bart_probit_latents_do_not_depend_on_the_sharding(friedman):
     """Probit BART draws one latent per row every sweep (jax's partitionable threefry: the same
     numbers whatever the sharding); 2 chains in 2 device groups of 2 row shards."""
@@ -100,6 +102,7 @@ def test_bart_probit_latents_do_not_depend_on_the_sharding(friedman):
 # --- single-tree samplers ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cgm_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     """CGM (regression, 4 chains in one device group of 4): same trees every draw, the
     log-likelihood to float32 round-off."""
@@ -112,6 +115,7 @@ def test_cgm_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     assert len(np.unique(plain.trees.is_split.reshape(-1, plain.trees.is_split.shape[-1]), axis=0)) > 10
 
 
+@pytest.mark.slow
 def test_cgm_classifier_two_chain_groups_of_two_shards(friedman):
     """The estimator with 2 chain groups x 2 row shards (shard_map over the chains, rows split
     within each group) equals the unsharded fit."""

@@ -183,9 +183,9 @@ def test_jax_log_prior_matches_enumeration():
     "kind,task,min_leaf_size,max_depth",
     [
         ("cgm", "classification", 1, 2),
-        ("cgm", "classification", 2, 3),
+        pytest.param("cgm", "classification", 2, 3, marks=pytest.mark.slow),
         ("regrow", "classification", 1, 2),
-        ("regrow", "regression", 2, 3),
+        pytest.param("regrow", "regression", 2, 3, marks=pytest.mark.slow),
     ],
 )
 def test_chain_matches_enumerated_range_posterior(kind, task, min_leaf_size, max_depth):
@@ -208,7 +208,8 @@ def test_chain_matches_enumerated_range_posterior(kind, task, min_leaf_size, max
 
 
 @pytest.mark.parametrize(
-    "max_depth,min_leaf_size,proposal,ess_threshold", [(2, 1, "prior", 0.9), (3, 2, "posterior", 1.0)]
+    "max_depth,min_leaf_size,proposal,ess_threshold",
+    [(2, 1, "prior", 0.9), pytest.param(3, 2, "posterior", 1.0, marks=pytest.mark.slow)],
 )
 def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_leaf_size, proposal, ess_threshold):
     """64 runs x 1000 particles (as tests/kernels/test_smc.py): the prior proposal draws rules
@@ -224,6 +225,7 @@ def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_
     assert tv_distance(freqs, exact) <= 0.04
 
 
+@pytest.mark.slow
 def test_edit_prior_follows_split_prior():
     """The EDITTREE prior's grow / change edits draw rules from the same rule prior: the chain
     matches the exact edit-prior posterior with range cut probabilities (TV <= 0.04; it is TV 0.20

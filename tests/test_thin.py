@@ -50,7 +50,7 @@ def _thinned(traces, num_warmup, thin):
                         traces)
 
 
-@pytest.mark.parametrize("thin, block_size", [(3, 40), (4, 17), (2, 130)])
+@pytest.mark.parametrize("thin, block_size", [pytest.param(3, 40, marks=pytest.mark.slow), (4, 17), (2, 130)])
 def test_run_chains_records_every_thin_th_iteration(problem, thin, block_size):
     """Blocks that end inside a group of ``thin`` iterations (17, 40), one block for the run
     (130), CGM's two steps per loop pass: the recorded iterations equal the unthinned run's."""

@@ -107,7 +107,8 @@ def test_enumeration_truncates_and_differs_from_data_cuts(toy_data, min_leaf_siz
 
 @pytest.mark.parametrize(
     "task,min_leaf_size,max_depth,incremental",
-    [("classification", 1, 2, True), ("regression", 2, 2, True), ("classification", 1, 2, False)],
+    [("classification", 1, 2, True), pytest.param("regression", 2, 2, True, marks=pytest.mark.slow),
+     pytest.param("classification", 1, 2, False, marks=pytest.mark.slow)],
 )
 def test_cgm_matches_enumeration(toy_problem, task, min_leaf_size, max_depth, incremental):
     """16 chains x 30,000 CGM steps against the enumerated posterior: TV <= 0.04 (observed

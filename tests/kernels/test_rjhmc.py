@@ -41,7 +41,7 @@ def _data(X, y):
     return {"X": jnp.asarray(X, jnp.float32), "y": jnp.asarray(y, jnp.int32)}
 
 
-@pytest.mark.parametrize("kind", ["df", "dfi"])
+@pytest.mark.parametrize("kind", ["df", pytest.param("dfi", marks=pytest.mark.slow)])
 def test_fast_schedule_matches_exact_topology_posterior(tiny, kind):
     # 4 chains x 2000 kept iterations (~90 % of iterations accepted, 40 % are topology moves):
     # Monte Carlo TV on this 4-topology support is ~0.01-0.025 (seen over seeds); a wrong

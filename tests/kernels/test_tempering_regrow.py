@@ -41,7 +41,7 @@ def _algorithm(kind, prior, n_temperatures=1):
         ("regrow", 1, "regression", 1, 2),
         ("regrow", 1, "classification", 2, 3),
         ("cgm", 4, "classification", 1, 2),
-        ("regrow", 3, "regression", 2, 3),
+        pytest.param("regrow", 3, "regression", 2, 3, marks=pytest.mark.slow),
     ],
 )
 def test_matches_enumerated_posterior(toy_problem, kind, n_temperatures, task, min_leaf_size, max_depth):
@@ -83,7 +83,7 @@ def test_swap_acceptance_matches_exact_rate(toy_problem):
         assert abs(rates[i, j] - expected) < 0.02, (i, j, rates[i, j], expected)
 
 
-@pytest.mark.parametrize("kind,n_temperatures", [("cgm", 1), ("regrow", 1), ("cgm+regrow", 3)])
+@pytest.mark.parametrize("kind,n_temperatures", [("cgm", 1), ("regrow", 1), pytest.param("cgm+regrow", 3, marks=pytest.mark.slow)])
 def test_box_constraints_renormalise_the_posterior(toy_problem, kind, n_temperatures):
     """No tree that cuts a box is visited, and the others get the exact posterior conditioned on
     the constraint (enumeration leaves violating trees out and renormalises)."""

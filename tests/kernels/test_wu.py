@@ -85,7 +85,8 @@ FIBRES = [  # (max_depth, min_leaf_size, split_prior, start, fibre size)
 ]
 
 
-@pytest.mark.parametrize("max_depth,min_leaf_size,split_prior,start,size", FIBRES)
+@pytest.mark.parametrize("max_depth,min_leaf_size,split_prior,start,size",
+                         [pytest.param(*FIBRES[0], marks=pytest.mark.slow), *FIBRES[1:]])
 def test_proposal_and_ratio_are_exact_on_the_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start, size):
     """Deterministic checks of the construction on a whole fibre (module docstring)."""
     p, state, names, log_prior, pi = _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start)
