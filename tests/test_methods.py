@@ -260,6 +260,7 @@ def test_estimator_unknown_keyword_is_named_at_fit(iris):
         bd.BayesianTreeClassifier(tempering=bd.Tempering(2), n_temperatures=3).fit(X, y)
 
 
+@pytest.mark.slow
 def test_grid_search_tunes_a_method_objects_option(iris):
     X, y = iris
     clf = bd.BayesianTreeClassifier(method=bd.PG(num_particles=2), max_depth=2, num_warmup=10, num_samples=10,

@@ -8,7 +8,7 @@ spanning both, and their draws equal the 1-process run's.
 
 Every process gets the full traces.  The workers are this file run as a script
 (``python test_multihost.py worker <process_id> <port> <out>``); each has a timeout and its
-output is shown when it fails."""
+output is shown when it fails.  In the slow job (``pytest -m slow``): ~45 s on 2 cores."""
 
 import os
 import socket
@@ -62,6 +62,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_one_process_draws(tmp_path):
     import jax
 

@@ -3,7 +3,9 @@ its group, the mesh ``("chain", "data")``.  The sharded run draws the same trees
 one (BART for 200 sweeps on Friedman #1, n = 2,000; CGM), floats to float32 round-off; bad
 options are refused before anything compiles.
 
-The tests run on the 4 CPU devices conftest asks for (``BDTREE_CPU_DEVICES=4``)."""
+The tests run on the 4 CPU devices conftest asks for (``BDTREE_CPU_DEVICES=4``).  The four
+sharded-equals-unsharded runs are in the slow job (``pytest -m slow``; ~1 min each on 2 cores);
+the default run keeps the rows' layout on the data axis and the refused options."""
 
 import jax
 import numpy as np

@@ -26,7 +26,7 @@ CHAINS, ITERS, BURN = 16, 30_000, 500
 
 @pytest.mark.parametrize(
     "task,min_leaf_size,max_depth",
-    [("classification", 1, 2), ("regression", 1, 2), ("classification", 2, 3)],
+    [pytest.param("classification", 1, 2, marks=pytest.mark.slow), ("regression", 1, 2), ("classification", 2, 3)],
 )
 def test_cgm_matches_enumerated_posterior(toy_problem, task, min_leaf_size, max_depth):
     p = toy_problem(task, max_depth, min_leaf_size)

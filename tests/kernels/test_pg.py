@@ -47,7 +47,7 @@ def _one_sweep(config, data, stack, start, seed=1):
         ("classification", 1, "prior", True, "uniform"),
         ("classification", 2, "prior", True, "uniform"),
         ("classification", 10, "prior", True, "uniform"),
-        ("classification", 10, "posterior", True, "uniform"),
+        pytest.param("classification", 10, "posterior", True, "uniform", marks=pytest.mark.slow),
         ("regression", 10, "posterior", True, "uniform"),
         ("classification", 10, "prior", True, "range"),
         ("classification", 2, "prior", False, "uniform"),  # negative control: must fail

@@ -187,6 +187,7 @@ def test_classifier_end_to_end(tmp_path):
     assert np.all(np.asarray(idata["log_likelihood"]["y"]) <= 0)
 
 
+@pytest.mark.slow
 def test_regressor_end_to_end():
     """HMC-DFI regression on a step function: test MSE near the noise variance, sigma recovered,
     90 % predictive intervals cover about 90 % of new responses."""

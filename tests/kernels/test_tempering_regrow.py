@@ -37,7 +37,7 @@ def _algorithm(kind, prior, n_temperatures=1):
 @pytest.mark.parametrize(
     "kind,n_temperatures,task,min_leaf_size,max_depth",
     [
-        ("regrow", 1, "classification", 1, 2),
+        pytest.param("regrow", 1, "classification", 1, 2, marks=pytest.mark.slow),
         ("regrow", 1, "regression", 1, 2),
         ("regrow", 1, "classification", 2, 3),
         ("cgm", 4, "classification", 1, 2),

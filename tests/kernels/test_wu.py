@@ -86,7 +86,8 @@ FIBRES = [  # (max_depth, min_leaf_size, split_prior, start, fibre size)
 
 
 @pytest.mark.parametrize("max_depth,min_leaf_size,split_prior,start,size",
-                         [pytest.param(*FIBRES[0], marks=pytest.mark.slow), *FIBRES[1:]])
+                         [pytest.param(*FIBRES[0], marks=pytest.mark.slow), *FIBRES[1:3],
+                          pytest.param(*FIBRES[3], marks=pytest.mark.slow)])
 def test_proposal_and_ratio_are_exact_on_the_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start, size):
     """Deterministic checks of the construction on a whole fibre (module docstring)."""
     p, state, names, log_prior, pi = _on_fibre(toy_problem, max_depth, min_leaf_size, split_prior, start)
@@ -269,7 +270,7 @@ CHAINS, ITERS, BURN = 16, 6000, 200
         ("classification", 2, 1, "uniform", 1, False, "gibbs", 4),
         pytest.param("regression", 3, 2, "uniform", 1, False, "gibbs", 8, marks=pytest.mark.slow),
         pytest.param("classification", 2, 1, "range", 3, False, "gibbs", 4, marks=pytest.mark.slow),
-        ("classification", 2, 1, "uniform", 1, False, "auto", 2),
+        pytest.param("classification", 2, 1, "uniform", 1, False, "auto", 2, marks=pytest.mark.slow),
     ],
 )
 def test_wu_schedule_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, split_prior,
