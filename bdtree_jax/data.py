@@ -97,6 +97,10 @@ class TreeData(NamedTuple):
     missing_code : () int32 or None
         The code of a missing value (:data:`bdtree_jax.tree.MISSING_CODE`) when the model carries
         missing-value bits (the tree's ``nan_left``); None otherwise.
+    box_levels : (K, F, W) uint32 or None
+        With box constraints and a categorical feature, each box's levels of every categorical
+        feature (:func:`bdtree_jax.priors.boxes.box_level_masks`; all levels where the box does
+        not name the feature, 0 for ordered features); None otherwise.
     """
 
     bins: Array
@@ -112,6 +116,7 @@ class TreeData(NamedTuple):
     bin_bits: Array | None = None
     level_masks: Array | None = None
     missing_code: Array | None = None
+    box_levels: Array | None = None
 
 
 #: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.

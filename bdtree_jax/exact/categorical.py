@@ -65,9 +65,14 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
 
     X : (n, F) floats; ordered columns raw values, categorical columns level codes, NaN missing.
     categorical : (F,) bool mask or None; missing_bits : None (bits iff a NaN cell or a
-    categorical feature), True or False.  boxes : as in :func:`bdtree_jax.exact.enumerate_trees`,
-    ordered features only (a rule's threshold must not lie inside a box its node holds; the
-    missing-value bit is free); with a categorical feature they are an error.
+    categorical feature), True or False.  boxes : ``{feature: bounds}`` dicts (integer or
+    ``"x{f}"`` keys), ``bounds`` an ordered feature's ``(low, high)`` or a categorical feature's
+    collection of level codes ``B`` (a feature not named: every value or level).  A box holds no
+    missing value, so the bit never cuts it; a rule at a node whose region holds the box cuts it
+    (prior 0) if its threshold lies strictly inside ``(low, high)``, or if ``S`` holds some but
+    not all of ``B`` (an unnamed categorical feature: any ``S``); else the box goes to the child
+    holding all of it (ordered: ``high <= t`` left, ``low >= t`` right; categorical: ``B`` inside
+    ``S`` left, ``B`` disjoint from ``S`` right).
 
     The prior at a node of depth ``d``: it splits with probability ``alpha (1 + d)**-beta`` (leaf
     at ``max_depth`` or when no feature is eligible), and a split's rule has probability
@@ -88,8 +93,6 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
     X, cat, bits = resolve_categorical(X, categorical, missing_bits)
     if getattr(prior, "structure", "cgm") == "pinball":
         raise ValueError("the pinball prior is not enumerated with categorical features or missing-value bits.")
-    if boxes is not None and cat.any():
-        raise ValueError("box constraints with categorical features are not supported by the exact enumerator.")
     n, F = X.shape
     point_stats = np.asarray(point_stats, float)
     miss = np.isnan(X)
@@ -101,7 +104,14 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
     gaps = [np.diff(u) for u in values]
     m = prior.min_leaf_size
     ancestors = getattr(prior, "valid_cuts", "data") == "ancestors"
-    box_list = _box_arrays(boxes, F)
+    box_list = _box_arrays([{k: v for k, v in box.items() if not cat[_box_key(k)]} for box in boxes or []], F)
+    box_levels = [{_box_key(k): frozenset(float(c) for c in v) for k, v in box.items() if cat[_box_key(k)]}
+                  for box in boxes or []]
+    for box in box_levels:
+        for f, B in box.items():
+            if not B or any(c < 0 or c != round(c) for c in B):
+                raise ValueError(f"a box's levels of categorical column {f} must be a non-empty collection of "
+                                 f"non-negative integer level codes; got {sorted(B)}.")
     bit_choices = (("L", -_LOG2), ("R", -_LOG2)) if bits else ((None, 0.0),)
     memo: dict = {}
 
@@ -134,6 +144,17 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
                           for c, lp in zip(cuts, _cut_log_probs(gaps[f], cuts, prior.split_prior))]
         return out
 
+    def box_side(b: int, f: int, t, s_left) -> str:
+        """Where box ``b`` goes at the rule on ``f`` with threshold ``t`` or left level indices
+        ``s_left``: "left", "right" or "cut"."""
+        if cat[f]:
+            if f not in box_levels[b]:
+                return "cut"
+            B, S = box_levels[b][f], {float(values[f][c]) for c in s_left}
+            return "left" if B <= S else "right" if not B & S else "cut"
+        low, high = box_list[b][0][f], box_list[b][1][f]
+        return "left" if high <= t else "right" if low >= t else "cut"
+
     def trees(rows: np.ndarray, depth: int, avail, held) -> list:
         """``[(string, log prior, [leaf terms])]`` of the subtrees on ``rows``; ``avail``: per
         feature, the ancestors' cut range ``(lo, hi)`` or level tuple (``"ancestors"`` only);
@@ -154,10 +175,11 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
         for f, opts in options.items():
             present, absent = rows[~miss[rows, f]], rows[miss[rows, f]]
             for text, lp, goes_left, a_left, a_right, t in opts:
-                if t is not None and any(box_list[b][0][f] < t < box_list[b][1][f] for b in held):
+                sides = [box_side(b, f, t, a_left) for b in held]
+                if "cut" in sides:
                     continue  # the rule cuts a box: prior 0
-                h_left = tuple(b for b in held if t is None or box_list[b][1][f] <= t)
-                h_right = tuple(b for b in held if t is None or box_list[b][0][f] >= t)
+                h_left = tuple(b for b, side in zip(held, sides) if side == "left")
+                h_right = tuple(b for b, side in zip(held, sides) if side == "right")
                 av_left = tuple(a_left if g == f else a for g, a in enumerate(avail)) if ancestors else avail
                 av_right = tuple(a_right if g == f else a for g, a in enumerate(avail)) if ancestors else avail
                 for bit, lp_bit in bit_choices:
@@ -175,6 +197,12 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
                        for f in range(F)) if ancestors else None
     root = trees(np.arange(n), 0, root_avail, tuple(range(len(box_list))))
     return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in root]
+
+
+def _box_key(key) -> int:
+    """A box's feature key (an integer or ``"x{f}"``) as the feature index."""
+    return int(key[1:]) if isinstance(key, str) else int(key)
+
 
 
 _RULE = re.compile(r"x(\d+)(?:<=([^(|]+)|in\{([\d,]*)\})(?:\|NA=([LR]))?\(")

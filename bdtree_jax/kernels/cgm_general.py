@@ -11,6 +11,11 @@ intervals from the rows with a value, level sets) comes from that pass.
 A step's randomness (:func:`draw`) is six uniforms (move, node, feature, cut, accept, missing
 bit) and a key for the level set (its words are redrawn while the set is empty, which makes it
 exactly uniform over the non-empty subsets).
+
+With box constraints (:mod:`bdtree_jax.priors.boxes`: ordered intervals and categorical level
+sets) :func:`score` gives prior 0 to a tree with a rule cutting a box, so every move (CGM, flip,
+prune-and-regrow) rejects such a proposal: the chain targets the prior restricted to the trees
+respecting the boxes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import jax.numpy as jnp
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import leaf_size_log_prior, node_bounds, node_stats, split_mask
+from ..priors.boxes import violates_boxes_general
 from ..priors.categorical import (
     available_levels, draw_rule_general, log_rule_prob_general, log_tree_prior_general, rule_available,
 )
@@ -47,6 +53,8 @@ def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
     log_lik = data.likelihood.log_lik(stats, is_leaf)
     log_prior = log_tree_prior_general(tree, lo, hi, levels, data)
     log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, config.min_leaf_size)
+    if data.box_side is not None:  # prior 0 for a tree with a rule cutting a box its node holds
+        log_prior = jnp.where(violates_boxes_general(tree, data.box_side, data.box_levels), -jnp.inf, log_prior)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32), levels)
 
 

@@ -194,12 +194,19 @@ def draw_rule_general(key, u_feature: Array, u_cut: Array, u_nan: Array, lo: Arr
     return Rule(f, cut.astype(jnp.int32), nan_left, mask)
 
 
-def check_general_rules(data: TreeData, prior_structure: str, who: str) -> None:
-    """Refuse what the general rules do not support yet (a ``ValueError`` naming the option)."""
+def check_general_rules(data: TreeData, prior_structure: str, who: str, *, boxes: bool | None = None) -> None:
+    """Refuse what the general rules do not support yet (a ``ValueError`` naming the option).
+
+    ``boxes``: whether the caller's sampler honours box constraints (the general CGM chain's
+    :func:`~bdtree_jax.kernels.cgm_general.score` does); None: only the CGM method's (``who``
+    ending in ``method='cgm'``)."""
     if not general_rules(data):
         return
-    if data.box_side is not None:
-        raise ValueError(f"{who}: box constraints are not supported with categorical features or missing values yet.")
+    if boxes is None:
+        boxes = who.endswith("method='cgm'")
+    if data.box_side is not None and not boxes:
+        raise ValueError(f"{who}: box constraints are not supported with categorical features or missing values yet "
+                         "(method='cgm' supports them).")
     if prior_structure != "cgm":
         raise ValueError(f"{who}: structure={prior_structure!r} is not supported with categorical features or "
                          "missing values yet; use structure='cgm'.")

@@ -15,7 +15,8 @@ __all__ = ["make_tree_data"]
 
 
 def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None,
-                   grid: SplitGrid | None = None, row_orders: bool = True) -> TreeData:
+                   grid: SplitGrid | None = None, row_orders: bool = True,
+                   box_levels: np.ndarray | None = None) -> TreeData:
     """Assemble :class:`~bdtree_jax.data.TreeData`.
 
     Parameters
@@ -30,6 +31,8 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     row_orders : build ``sorted_bins`` and ``sorted_index`` (two (F, n) int32 arrays and a sort of
         every feature); False leaves them None, for samplers that never read them (BART with
         ``valid_cuts="ancestors"`` or ``min_leaf_size = 1``), which saves their memory at large n.
+    box_levels : (K, F, W) uint32 box levels of the categorical features
+        (:func:`bdtree_jax.priors.boxes.box_level_masks`), or None; kept only with ``box_side``.
     """
     point_stats = likelihood.point_stats(np.asarray(y))
 
@@ -62,6 +65,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         else None,
         level_masks,
         missing_code,
+        None if box_levels is None or box_side is None or len(box_side) == 0 else jnp.asarray(box_levels, jnp.uint32),
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from ..data import SplitGrid, TreeData, check_classification_y, check_regression_y, check_X, make_split_grid
 from ..likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
 from ..priors import TreePrior, box_sides, make_tree_data
+from ..priors.boxes import box_level_masks
 
 __all__ = ["TASKS", "LIKELIHOOD_OPTIONS", "TreeProblem", "build_problem"]
 
@@ -103,8 +104,10 @@ def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None
         :class:`~bdtree_jax.likelihoods.DirichletMultinomial` (its ``n_classes`` must be the
         number of classes of ``y``) / :class:`~bdtree_jax.likelihoods.NormalMeanShift` instance.
     box_constraints : list of dicts ``{feature: (low, high)}`` (column name or index; None or
-        ``±inf`` for an open side), or None: regions with a constant response distribution; the
-        prior gives zero mass to trees with a rule cutting through a box.
+        ``±inf`` for an open side; a categorical column: a set of its levels, e.g.
+        ``{"island": {"Biscoe", "Dream"}}``), or None: regions with a constant response
+        distribution, holding no missing value of the columns they name; the prior gives zero
+        mass to trees with a rule cutting through a box (:mod:`bdtree_jax.priors.boxes`).
     categorical_features : "from_dtype" (default: a DataFrame's ``category``, object/string and
         ``bool`` columns), None (none), or column indices, names or a boolean mask.
     missing : "mia" (default: missing cells allowed, routed by each rule's missing-value bit) or
@@ -136,11 +139,12 @@ def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None
     likelihood, options, train_y, classes = _leaf_model(task, y, X.shape[0], likelihood, where)
     grid = make_split_grid(X, levels=levels)
     bins = grid.bin(X)
-    box_side = None
+    box_side = box_levels = None
     if box_constraints is not None:
-        box_side = box_sides(box_constraints, grid.thresholds,
-                             names if names is not None else [f"x{f}" for f in range(X.shape[1])], where=where)
-    data = make_tree_data(bins, train_y, prior, likelihood, box_side=box_side, grid=grid)
+        box_names = names if names is not None else [f"x{f}" for f in range(X.shape[1])]
+        box_side = box_sides(box_constraints, grid.thresholds, box_names, levels=grid.levels, where=where)
+        box_levels = box_level_masks(box_constraints, grid.levels, box_names, where=where)
+    data = make_tree_data(bins, train_y, prior, likelihood, box_side=box_side, grid=grid, box_levels=box_levels)
     return TreeProblem(
         task=task, prior=prior, likelihood=likelihood, likelihood_options=options, X=X, feature_names=names,
         classes=classes, train_y=train_y, grid=grid, train_bins=bins, train_stats=np.asarray(data.point_stats),
