@@ -59,7 +59,8 @@ def resolve_categorical(X, categorical=None, missing_bits=None) -> tuple[np.ndar
 
 
 def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categorical=None, missing_bits=None,
-                          boxes=None) -> list[tuple[str, float, float]]:
+                          boxes=None, initial_tree: str | None = None, mean_edits: float = 2.0,
+                          max_edits: int = 20) -> list[tuple[str, float, float]]:
     """Every tree with positive prior mass as ``(string, log_prior, log_lik)``, with categorical
     features and missing values (``docs/categorical-missing.md``).
 
@@ -89,6 +90,9 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
 
     Strings: ``x{f}<={t}`` or ``x{f}in{a,b}`` (codes of ``S`` ascending), then ``|NA=L`` /
     ``|NA=R`` when the model has bits, then ``(left,right)``; a leaf is ``L``.
+
+    ``initial_tree`` (a string; ``valid_cuts="data"`` only): ``log_prior`` is instead the EDITTREE
+    prior around it (:func:`_edit_log_prior`), and only the trees it reaches are listed.
     """
     X, cat, bits = resolve_categorical(X, categorical, missing_bits)
     if getattr(prior, "structure", "cgm") == "pinball":
@@ -196,13 +200,114 @@ def enumerate_mixed_trees(X, point_stats, prior: TreePrior, likelihood, *, categ
     root_avail = tuple(tuple(range(len(values[f]))) if cat[f] else (0, max(len(values[f]) - 1, 0))
                        for f in range(F)) if ancestors else None
     root = trees(np.arange(n), 0, root_avail, tuple(range(len(box_list))))
-    return [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in root]
+    out = [(s, lp, _total_log_lik(likelihood, leaves)) for s, lp, leaves in root]
+    if initial_tree is None:
+        return out
+    if ancestors:
+        raise ValueError("the edit prior (initial_tree) is enumerated under valid_cuts='data' only.")
+    log_edit = _edit_log_prior(X, lambda rows: rules(rows, None), {s for s, _, _ in out}, prior.max_depth,
+                               values, bits, initial_tree, mean_edits, max_edits)
+    return [(s, log_edit[s], ll) for s, _, ll in out if s in log_edit]
 
 
 def _box_key(key) -> int:
     """A box's feature key (an integer or ``"x{f}"``) as the feature index."""
     return int(key[1:]) if isinstance(key, str) else int(key)
 
+
+def _edit_log_prior(X, rules, support: set, max_depth: int, values, bits: bool, initial_tree: str, mean_edits: float,
+                    max_edits: int) -> dict[str, float]:
+    """``{tree string: log p_edit}`` of the EDITTREE prior around ``initial_tree`` with general
+    rules: ``K`` edits, ``P(K = k) ∝ q**k`` (``q = mean_edits / (1 + mean_edits)``, ``k <= max_edits``);
+    one edit is a move uniform among grow / prune / change that have a target (grow: leaves above
+    ``max_depth`` with an available rule; prune: splits with two leaf children; change: splits), a
+    node uniform among its targets and, for grow / change, a rule with the prior's probability at
+    the node (``rules(rows)``: feature uniform, then cut or level set, then each bit 1/2); a change
+    keeps the subtrees; an edit giving a tree outside ``support`` (prior 0) leaves the tree as it
+    is.  Trees are nested ``(rule, left, right)`` with ``rule = (f, op, arg, nan)`` as
+    :func:`parse_tree_string`'s; exact forward pass over the laws after ``k`` edits."""
+    q = float(mean_edits) / (1.0 + float(mean_edits))
+    bit_values = ("L", "R") if bits else (None,)
+
+    def text(node) -> str:
+        if node == "L":
+            return "L"
+        (f, op, arg, nan), left, right = node
+        rule = f"x{f}<={_fmt(arg)}" if op == "<=" else f"x{f}in{{{','.join(str(c) for c in sorted(arg))}}}"
+        return f"{rule}{'' if nan is None else '|NA=' + nan}({text(left)},{text(right)})"
+
+    def nodes(node, rows, path=(), depth=0):
+        yield path, node, rows, depth
+        if node != "L":
+            (f, op, arg, nan), left, right = node
+            x = X[rows, f]
+            goes = np.where(np.isnan(x), nan == "L", (x <= arg) if op == "<=" else np.isin(x, list(arg)))
+            yield from nodes(left, rows[goes], path + (1,), depth + 1)
+            yield from nodes(right, rows[~goes], path + (2,), depth + 1)
+
+    def put(node, path, new):
+        if not path:
+            return new
+        rule, left, right = node
+        return (rule, put(left, path[1:], new), right) if path[0] == 1 else (rule, left, put(right, path[1:], new))
+
+    cache: dict = {}
+
+    def edit(tree) -> dict:
+        name = text(tree)
+        if name in cache:
+            return cache[name]
+        every = list(nodes(tree, np.arange(X.shape[0])))
+        node_at = {p: nd for p, nd, _, _ in every}
+        grow = [(p, r) for p, nd, r, d in every if nd == "L" and d < max_depth and rules(r)]
+        prune = [(p, r) for p, nd, r, d in every if nd != "L" and nd[1] == "L" and nd[2] == "L"]
+        change = [(p, r) for p, nd, r, d in every if nd != "L"]
+        moves = [(k, t) for k, t in (("grow", grow), ("prune", prune), ("change", change)) if t]
+        out: dict = {}
+
+        def add(new, p):
+            key = text(new)
+            if key not in support:
+                new, key = tree, name
+            out[key] = (new, out.get(key, (None, 0.0))[1] + p)
+
+        if not moves:
+            out[name] = (tree, 1.0)
+        for kind, targets in moves:
+            p_node = 1.0 / len(moves) / len(targets)
+            for path, rows in targets:
+                old = node_at[path]
+                if kind == "prune":
+                    add(put(tree, path, "L"), p_node)
+                    continue
+                options = rules(rows)
+                for f, opts in options.items():
+                    for _, lp, _, a_left, _, t in opts:
+                        arg = t if t is not None else frozenset(int(values[f][c]) for c in a_left)
+                        for nan in bit_values:
+                            rule = (f, "<=" if t is not None else "in", arg, nan)
+                            sub = (rule, "L", "L") if kind == "grow" else (rule, old[1], old[2])
+                            add(put(tree, path, sub), p_node / len(options) * math.exp(lp) / len(bit_values))
+        cache[name] = out
+        return out
+
+    t0 = parse_tree_string(initial_tree)
+    if text(t0) not in support:
+        raise ValueError(f"initial_tree {initial_tree!r} has prior 0 (a rule not available at its node's rows).")
+    weights = np.array([q**k for k in range(int(max_edits) + 1)])
+    weights = weights / weights.sum()
+    dist, total = {text(t0): (t0, 1.0)}, {}
+    for k in range(int(max_edits) + 1):
+        for key, (_, p) in dist.items():
+            total[key] = total.get(key, 0.0) + weights[k] * p
+        if k == max_edits:
+            break
+        new: dict = {}
+        for tree, p in dist.values():
+            for key, (t2, p2) in edit(tree).items():
+                new[key] = (t2, new.get(key, (None, 0.0))[1] + p * p2)
+        dist = new
+    return {key: math.log(p) for key, p in total.items() if p > 0}
 
 
 _RULE = re.compile(r"x(\d+)(?:<=([^(|]+)|in\{([\d,]*)\})(?:\|NA=([LR]))?\(")
