@@ -488,6 +488,19 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
 
         return jax.lax.scan(body, state, uniforms)
 
+    return schedule(cgm_config, rconfig, n_local, init_fn, draw_fn, local, restructure_step)
+
+
+def schedule(cgm_config, rconfig, n_local: int, init_fn, draw_fn, local, restructure) -> SamplingAlgorithm:
+    """One WU iteration around its pieces: ``n_local`` local steps, the restructure, ``n_local``
+    more local steps (the numeric chain's :func:`wu` and the general-rule chain's
+    :func:`~bdtree_jax.kernels.wu_general.wu_general` differ only in the pieces).
+
+    ``local(state, uniforms, data) -> (state, (moves (n_local,), accepted (n_local,)))`` runs the
+    local steps of one half; ``restructure(draws, state, data, rconfig) -> (state,
+    RestructureInfo)``; ``draw_fn(key)`` returns ``(local_draws (2, n_local, ...), restructure_draws)``.
+    """
+
     def kernel(uniforms, state, data):
         u_local, u_restructure = uniforms
 
@@ -498,7 +511,7 @@ def wu(config: WUConfig) -> SamplingAlgorithm:
             s, (moves, acc) = local(s, u, data)
 
             def move(s):
-                return restructure_step(u_restructure, s, data, rconfig)
+                return restructure(u_restructure, s, data, rconfig)
 
             def stay(s):
                 return s, RestructureInfo(jnp.bool_(False), jnp.float32(-jnp.inf), jnp.int32(0), jnp.bool_(False),

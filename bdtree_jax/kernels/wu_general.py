@@ -57,7 +57,7 @@ from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors.categorical import _log_partitions, _pack, _unpack, categorical, log_rule_prob_general, rule_available
 from ..tree import MixedTree, Rule, make_tree, n_nodes, leaf_nodes
-from . import cgm, cgm_general
+from . import cgm_general
 from .base import SamplingAlgorithm
 
 __all__ = ["GroupCodes", "group_codes", "draw_restructure", "propose", "restructure_step", "wu_general"]
@@ -363,7 +363,7 @@ def wu_general(config) -> SamplingAlgorithm:
     """The WU schedule (a :class:`~bdtree_jax.kernels.wu.WUConfig` whose ``cgm_config`` has
     ``general_rules``) as a :class:`SamplingAlgorithm`: the trace of :func:`~bdtree_jax.kernels.wu.wu`."""
     from ..priors import check_valid_cuts
-    from .wu import RestructureInfo, WUInfo
+    from .wu import schedule
 
     cgm_config, rconfig, n_local = config.cgm_config, config.restructure_config, config.n_local
     if rconfig.kind == "gibbs":
@@ -379,38 +379,11 @@ def wu_general(config) -> SamplingAlgorithm:
         local = jax.vmap(jax.vmap(cgm_general.draw))(jax.random.split(k1, (2, n_local)))
         return local, draw_restructure(k2, cgm_config.max_depth)
 
-    def kernel(draws, state, data):
-        u_local, u_restructure = draws
+    def local(state, u, data):
+        def body(s, u):
+            s, info = cgm_general.step(u, s, data, cgm_config)
+            return s, (info.move, info.accepted)
 
-        def half(s, xs):
-            u, first = xs
+        return jax.lax.scan(body, state, u)
 
-            def body(s, u):
-                s, info = cgm_general.step(u, s, data, cgm_config)
-                return s, (info.move, info.accepted)
-
-            s, (moves, acc) = jax.lax.scan(body, s, u)
-
-            def stay(s):
-                return s, RestructureInfo(jnp.bool_(False), jnp.float32(-jnp.inf), jnp.int32(0), jnp.bool_(False),
-                                          jnp.int32(0))
-
-            s, rinfo = jax.lax.cond(first, lambda s: restructure_step(u_restructure, s, data, rconfig), stay, s)
-            return s, (moves[-1], acc.sum(), rinfo)
-
-        state, (last_move, n_acc, rinfo) = jax.lax.scan(half, state, (u_local, jnp.array([True, False])))
-        rinfo = jax.tree.map(lambda a: a[0], rinfo)
-        n_acc = n_acc.sum()
-        info = WUInfo(last_move[1], (n_acc > 0) | rinfo.accepted, rinfo.accepted,
-                      n_acc.astype(jnp.float32) / (2 * n_local), rinfo.log_accept_ratio, rinfo.kind)
-        return state, info
-
-    def trace_fn(state, info):
-        out = cgm.trace(state, cgm.CGMInfo(info.move, info.accepted, info.restructure_log_ratio),
-                        cgm_config.trace_dtypes)
-        out["restructure_accepted"] = info.restructure_accepted
-        out["local_accept_rate"] = info.local_accept_rate
-        out["restructure_kind"] = info.restructure_kind.astype(jnp.int8)
-        return out
-
-    return SamplingAlgorithm(init_fn, kernel, trace_fn, draw_fn)
+    return schedule(cgm_config, rconfig, n_local, init_fn, draw_fn, local, restructure_step)

@@ -257,7 +257,7 @@ def independent_stats(trees, log_lik: np.ndarray, log_prior: np.ndarray, n_leave
 
     Parameters
     ----------
-    trees : Tree of (C, S, N) arrays.
+    trees : Tree or MixedTree of (C, S, N, ...) arrays.
     log_lik, log_prior : (C, S) arrays.
     n_leaves : (C, S) ints, or None to count them.
 
@@ -267,13 +267,11 @@ def independent_stats(trees, log_lik: np.ndarray, log_prior: np.ndarray, n_leave
         (int32), ``accepted`` (all True), ``move`` (0) and ``log_posterior``.
     warmup_stats : the same keys with no iterations, (C, 0).
     """
-    from ..tree import n_leaves as count_leaves, tree_depth
+    from ..tree import tree_summaries
 
     shape = log_lik.shape
-    flat = jax.tree.map(lambda a: jnp.asarray(a.reshape(-1, a.shape[-1])), trees)
-    if n_leaves is None:
-        n_leaves = np.asarray(jax.vmap(count_leaves)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)
-    depth = np.asarray(jax.vmap(tree_depth)(flat)).reshape(shape) if log_lik.size else np.zeros(shape)
+    counted, depth = (np.asarray(a) for a in tree_summaries(jnp.asarray(trees.is_split)))
+    n_leaves = counted if n_leaves is None else np.asarray(n_leaves)
     stats = dict(log_lik=log_lik.astype(np.float32), log_prior=log_prior.astype(np.float32),
                  n_leaves=n_leaves.astype(np.int32), depth=depth.astype(np.int32), accepted=np.ones(shape, bool),
                  move=np.zeros(shape, np.int32))

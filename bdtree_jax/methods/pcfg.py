@@ -14,7 +14,6 @@ from ..driver import run_independent
 from ..pcfg import build_grammar, code_mixed_features, sample_trees
 from ..pcfg.mixed import check_levels
 from ..priors import TreePrior
-from ..tree import Tree
 from .base import Method, independent_stats
 
 __all__ = ["PCFG"]
@@ -104,8 +103,7 @@ class PCFG(Method):
         log_prior = -float(self.log_phi) * leaves.astype(np.int32)
         if mixed:  # each split's missing-value bit: 1/2
             log_prior = log_prior + grammar.split_log_weight * (leaves.astype(np.int32) - 1)
-        # the depths need the tree's shape only (independent_stats flattens (C, S, N) fields)
-        stats, warm = independent_stats(Tree(*trees[:3]), log_lik, log_prior, n_leaves=leaves)
+        stats, warm = independent_stats(trees, log_lik, log_prior, n_leaves=leaves)
         fields = dict(problem.posterior_fields(), prior=TreePrior(max_depth=grammar.heap_depth))
         info = dict(seed=options.seed, num_samples=num_samples, seconds=time.perf_counter() - t0,
                     seconds_grammar=seconds_grammar, n_boxes=grammar.n_boxes, log_phi=float(self.log_phi),

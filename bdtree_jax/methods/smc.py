@@ -13,7 +13,6 @@ import numpy as np
 from ..driver import run_independent
 from ..kernels import smc as smc_kernel, smc_general
 from ..priors.categorical import general_rules
-from ..tree import Tree
 
 from .base import Method, independent_stats
 
@@ -85,7 +84,7 @@ class SMC(Method):
         draws = np.stack([self._resample(jax.random.fold_in(key, c), runs.log_weight[c], options.num_samples)
                           for c in range(options.num_chains)])
         trees = jax.tree.map(lambda a: np.asarray(a)[chains, draws], runs.trees)
-        stats, warm = independent_stats(Tree(*trees[:3]), np.asarray(runs.log_lik)[chains, draws],
+        stats, warm = independent_stats(trees, np.asarray(runs.log_lik)[chains, draws],
                                         np.asarray(runs.log_prior)[chains, draws])
         info = dict(seed=options.seed, num_samples=options.num_samples, seconds=seconds, config=repr(config),
                     n_stages=[int(n) for n in runs.n_stages], n_resampled=[int(n) for n in runs.n_resampled])
