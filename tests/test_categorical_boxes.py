@@ -130,15 +130,16 @@ def test_kernel_and_enumerator_agree_on_every_tree():
 @pytest.mark.parametrize("proposal", ["cgm", "cgm+regrow", pytest.param("tempered", marks=pytest.mark.slow)])
 def test_cgm_matches_exact_posterior_with_boxes(proposal):
     """The general CGM chain (proposal "cgm", "cgm+regrow", or tempered CGM) under the box:
-    every sampled tree respects it (is in the enumerator's support) and the visit frequencies
-    are within TV 0.04 of the exact posterior."""
+    every sampled tree respects it (is in the enumerator's support: 63 of the 1,013 trees) and
+    the visit frequencies are within TV 0.04 of the exact posterior (measured 0.013, 0.010,
+    0.010; without the box check in ``score`` 73% of the draws cut the box)."""
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(prior)
     config = cgm.CGMConfig.from_prior(prior, general_rules=True)
     algorithm = {"cgm": lambda: cgm_general.sampler(config),
                  "cgm+regrow": lambda: cgm_general.regrow_sampler(config, True),
                  "tempered": lambda: tempered(cgm_general.sampler(config), ladder(3))}[proposal]()
-    traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=4, num_iterations=40_000,
+    traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=4, num_iterations=20_000,
                            progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     assert set(sampled) <= set(exact)
