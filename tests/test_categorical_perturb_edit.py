@@ -126,8 +126,8 @@ def test_sample_cgm_perturb_on_raw_rows():
     import bdtree_jax as bd
 
     frame, y = _raw_rows()
-    post = bd.sample(frame, y, method=bd.CGM(proposal="cgm+perturb"), task="regression", max_depth=2,
-                     num_warmup=200, num_samples=500, num_chains=2, progress=False)
+    post = bd.sample(frame, y, method=bd.CGM(proposal="cgm+perturb"), task="regression",
+                     prior=bd.TreePrior(max_depth=2), num_warmup=200, num_samples=500, num_chains=2, progress=False)
     assert post.trees.levels_left is not None and post.trees.nan_left is not None
     strings = post.tree_strings()
     assert any("in{" in s for s in strings) and all(s == "L" or "|NA=" in s for s in strings)
@@ -141,8 +141,8 @@ def test_sample_initial_tree_on_raw_rows():
     import bdtree_jax as bd
 
     frame, y = _raw_rows()
-    kw = dict(method="cgm", task="regression", max_depth=2, num_warmup=200, num_samples=1500, num_chains=2,
-              progress=False)
+    kw = dict(method="cgm", task="regression", prior=bd.TreePrior(max_depth=2), num_warmup=200, num_samples=1500,
+              num_chains=2, progress=False)
     near = bd.sample(frame, y, initial_tree=T0, mean_edits=0.3, max_edits=4, **kw)
     share = np.mean([s == T0 for s in near.tree_strings()])
     assert share > 0.4, share  # CGM98 posterior mass at T0 on the 7 coded rows: 0.095

@@ -52,6 +52,8 @@ def _key_words() -> int:
 
 def _draw_edits(key: PRNGKey, shape: tuple):
     """Randomness of edits: ``shape + (5,)`` uniforms and ``shape + (K,)`` uint32 key data."""
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key
+        key = jax.random.wrap_key_data(key)
     k1, k2 = jax.random.split(key)
     n = int(np.prod(shape, dtype=int))
     keys = jax.random.key_data(jax.random.split(k2, max(n, 1)))[:n]
