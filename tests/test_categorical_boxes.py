@@ -146,6 +146,45 @@ def test_cgm_matches_exact_posterior_with_boxes(proposal):
     assert _tv(sampled, exact) < 0.04
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", ["perturb", "edit"])
+def test_perturb_and_edit_prior_respect_boxes(chain):
+    """The perturb proposal ("cgm+perturb", fixed width, half changes of variable) and the edit
+    prior (``initial_tree`` respecting the box: edits that would cut it leave the tree as it is,
+    as in the enumerator's edit process) re-score through ``cgm_general.score``: within TV 0.04
+    of the exact posteriors under the box (measured 0.011 and 0.013)."""
+    from bdtree_jax.kernels import edit, edit_general, perturb, perturb_general
+
+    prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
+    grid, data = _kernel_data(prior)
+    config = cgm.CGMConfig.from_prior(prior, general_rules=True)
+    if chain == "perturb":
+        algorithm = perturb_general.with_perturb_general(
+            config, perturb.PerturbConfig.from_cgm(config, p_change_var=0.5, adapt=False))
+        traces, _ = run_chains(algorithm, data, key=jax.random.key(7), num_chains=4, num_iterations=20_000,
+                               progress=False)
+        sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
+        assert set(sampled) <= set(exact)
+        assert _tv(sampled, exact) < 0.04
+        return
+    t0 = "x1in{1,2}|NA=L(L,L)"
+    tree = edit_general.initial_tree_general(t0, thresholds=grid.thresholds, level_count=grid.level_count,
+                                             nan_bits=True, max_depth=2)
+    edit_config = edit.EditConfig(2, 1, mean_edits=1.5, max_edits=5, regrow_prob=0.5)
+    traces, _ = run_chains(edit_general.edit_prior_general(edit_config),
+                           edit.EditData(data, jax.tree.map(jnp.asarray, tree)), key=jax.random.key(8), num_chains=4,
+                           num_iterations=15_000, progress=False)
+    flat = jax.tree.map(lambda a: a[:, 200:], traces["tree"])
+    sampled = _frequencies(dict(tree=flat), grid.thresholds)
+    trees = enumerate_mixed_trees(X, LIK.point_stats(Y), prior, LIK, categorical=CATEGORICAL, boxes=[EXACT_BOX],
+                                  initial_tree=t0, mean_edits=1.5, max_edits=5)
+    log_post = np.array([lp + ll for _, lp, ll in trees])
+    exact = {s: float(p) for (s, _, _), p in zip(trees, np.exp(log_post - logsumexp(log_post)))}
+    assert set(sampled) <= set(exact)
+    assert _tv(sampled, exact) < 0.04
+
+
 def _penguins():
     return pd.DataFrame({"island": ["Biscoe", "Dream", "Torgersen", "Biscoe", None, "Dream", "Torgersen", "Biscoe"],
                          "mass": [3.1, 4.2, np.nan, 5.0, 3.8, 4.4, 3.3, 4.9]}), np.array([0, 1, 0, 1, 1, 0, 0, 1])
