@@ -199,8 +199,9 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         Which columns of ``X`` are categorical (as :class:`~bdtree_jax.BayesianTreeClassifier`).
     missing : {"mia", "error"}, default "mia"
         Missing cells in ``X``: routed (MIA, docs/categorical-missing.md), or refused.  With
-        categorical features or missing cells every tree is updated by the general-rule chain
-        (``tree_sampler`` "grow-prune" or "cgm"; "pg" refuses them).
+        categorical features or missing cells every tree is updated by the general-rule kernels
+        (``tree_sampler`` "grow-prune" or "cgm": the general-rule CGM chain; "pg": Particle Gibbs
+        over general rules, level sets and missing-value bits drawn from the prior).
 
     Attributes
     ----------

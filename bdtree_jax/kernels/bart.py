@@ -144,9 +144,6 @@ class BARTConfig:
     general_rules: bool = False
 
     def __post_init__(self):
-        if self.general_rules and self.tree_sampler == "pg":
-            raise ValueError("tree_sampler='pg' does not support categorical features or missing values yet; "
-                             "use 'grow-prune' or 'cgm'.")
         if self.leaf_dtype not in LEAF_DTYPES:
             raise ValueError(f"leaf_dtype must be one of {LEAF_DTYPES}; got {self.leaf_dtype!r}.")
         if self.outcome not in OUTCOMES:

@@ -1,10 +1,14 @@
 """BART's backfitting sweep over data with categorical features or missing values
 (docs/categorical-missing.md).
 
-Each tree, in turn, is updated on its partial residual by one step of the general-rule CGM chain
-(:mod:`bdtree_jax.kernels.cgm_general`: grow and prune for ``tree_sampler="grow-prune"``, the four
-CGM98 moves for ``"cgm"``), with the leaf values integrated out, then its leaf values are drawn
-from their conditional posterior -- the same Gibbs sweep as :mod:`bdtree_jax.kernels.bart`, whose
+Each tree, in turn, is updated on its partial residual with the leaf values integrated out, by
+one step of the general-rule CGM chain (:mod:`bdtree_jax.kernels.cgm_general`: grow and prune for
+``tree_sampler="grow-prune"``, the four CGM98 moves for ``"cgm"``) or, for ``"pg"``, one
+conditional-SMC sweep with the current tree as the reference (:func:`bdtree_jax.kernels.pg.step`,
+``num_particles`` particles, prior proposal; its particles grow by
+:func:`bdtree_jax.kernels.smc_general.advance`: level sets uniform over the partitions of the
+available levels, the missing-value bit ``Bernoulli(1/2)``); then its leaf values are drawn from
+their conditional posterior -- the same Gibbs sweep as :mod:`bdtree_jax.kernels.bart`, whose
 numeric-data sweeps are specialised and faster.  Each tree step re-scores the tree on the
 residual (one pass over the rows); under BART's default ``valid_cuts="ancestors"`` the rules'
 availability does not read the rows.
@@ -19,7 +23,7 @@ from ..likelihoods import BARTLeafNormal
 from ..priors import split_mask, subtree_sums
 from ..priors.categorical import rule_available
 from ..tree import leaf_nodes, n_nodes
-from . import cgm_general
+from . import cgm_general, pg
 from ._moves import CGMState
 
 __all__ = ["sweep", "can_split", "residual_data"]
@@ -40,8 +44,11 @@ def can_split(trees: CGMState, split_prob) -> jax.Array:
 
 def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, config):
     """One pass over the trees (a ``lax.scan``); returns ``(total, leaf_values, changed, trees,
-    can_split)`` as :func:`bdtree_jax.kernels.bart._kernel_sweep`.  ``uniforms`` (M, 6) and
-    ``tree_keys`` (M,) are each tree's :func:`~bdtree_jax.kernels.cgm_general.draw`."""
+    can_split)`` as :func:`bdtree_jax.kernels.bart._kernel_sweep`: ``total`` (n,), ``leaf_values``
+    (M, N), ``changed`` (M,), ``trees`` a CGMState of (M, ...) arrays, ``can_split`` (M, N).
+    ``uniforms`` (M, 10) and ``tree_keys`` (M,) are each tree's
+    :func:`~bdtree_jax.kernels.cgm_general.draw` (``"pg"``: the key of its sweep, the uniforms
+    unused); ``normals`` (M, N) the leaf values' standard normals."""
     N = n_nodes(config.max_depth)
     trees = state.trees
     cgm_config = config.cgm
@@ -55,7 +62,10 @@ def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, conf
         log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree))
         current = CGMState(tree, leaf_id.astype(jnp.int32), stats, lo, hi, log_lik, log_prior, jnp.float32(1.0),
                            levels)
-        new, info = cgm_general.step((u, k), current, data_m, cgm_config)
+        if config.tree_sampler == "pg":  # the particles start at the stump, the reference replays `tree`
+            new, info = pg.step(k, current, data_m, config.pg)
+        else:
+            new, info = cgm_general.step((u, k), current, data_m, cgm_config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
         structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.lo, new.hi, new.levels, new.log_prior)
