@@ -204,7 +204,7 @@ def test_build_problem_encodes_level_names():
     side = np.asarray(problem.data.box_side)
     t = problem.grid.thresholds[1, : problem.grid.n_cuts[1]]
     assert np.array_equal(side[0, 1, : len(t)], np.where(t <= 3.5, 1, np.where(t >= 4.5, 0, 2)))
-    check_general_rules(problem.data, "cgm", "method='cgm'")  # the general CGM chain takes them
+    check_general_rules(problem.data, "cgm", "method='cgm'", boxes=True)  # the general CGM chain takes them
     with pytest.raises(ValueError, match="box constraints are not supported"):
         check_general_rules(problem.data, "cgm", "method='wu'")
 

@@ -76,6 +76,7 @@ def _tv(p: dict, q: dict) -> float:
 PRIOR = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
 
 
+@pytest.mark.slow
 def test_perturb_matches_exact_posterior():
     """CGM then a perturb proposal per iteration (fixed width 0.1, half the perturbations changes
     of variable): within TV 0.04 of the exact posterior (0.026 measured; 0.030 at 4 x 20k; dropping the

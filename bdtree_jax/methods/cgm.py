@@ -131,7 +131,7 @@ class CGM(MCMCMethod):
         prior, data = problem.prior, problem.data
         general = data.level_masks is not None or data.missing_code is not None
         if general:
-            check_general_rules(data, prior.structure, f"{where}method='cgm'")
+            check_general_rules(data, prior.structure, f"{where}method='cgm'", boxes=True)
         if self.initial_tree is not None:
             config = edit_kernel.EditConfig(
                 prior.max_depth, prior.min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(self.proposal, 0.5),

@@ -194,16 +194,13 @@ def draw_rule_general(key, u_feature: Array, u_cut: Array, u_nan: Array, lo: Arr
     return Rule(f, cut.astype(jnp.int32), nan_left, mask)
 
 
-def check_general_rules(data: TreeData, prior_structure: str, who: str, *, boxes: bool | None = None) -> None:
+def check_general_rules(data: TreeData, prior_structure: str, who: str, *, boxes: bool = False) -> None:
     """Refuse what the general rules do not support yet (a ``ValueError`` naming the option).
 
     ``boxes``: whether the caller's sampler honours box constraints (the general CGM chain's
-    :func:`~bdtree_jax.kernels.cgm_general.score` does); None: only the CGM method's (``who``
-    ending in ``method='cgm'``)."""
+    :func:`~bdtree_jax.kernels.cgm_general.score` does)."""
     if not general_rules(data):
         return
-    if boxes is None:
-        boxes = who.endswith("method='cgm'")
     if data.box_side is not None and not boxes:
         raise ValueError(f"{who}: box constraints are not supported with categorical features or missing values yet "
                          "(method='cgm' supports them).")
