@@ -9,9 +9,12 @@ conditional-SMC sweep with the current tree as the reference (:func:`bdtree_jax.
 :func:`bdtree_jax.kernels.smc_general.advance`: level sets uniform over the partitions of the
 available levels, the missing-value bit ``Bernoulli(1/2)``); then its leaf values are drawn from
 their conditional posterior -- the same Gibbs sweep as :mod:`bdtree_jax.kernels.bart`, whose
-numeric-data sweeps are specialised and faster.  Each tree step re-scores the tree on the
-residual (one pass over the rows); under BART's default ``valid_cuts="ancestors"`` the rules'
-availability does not read the rows.
+numeric-data sweeps are specialised and faster.  With ``incremental`` (sequential chains) a
+grow / prune / flip step updates the leaves and stats of only the rows it moves
+(:mod:`bdtree_jax.kernels.bart_general_moves`: the same chain and decisions as
+:func:`bdtree_jax.kernels.cgm_general.step`); otherwise each tree step re-scores the tree on the
+residual (one pass over the rows, branch-free for vmapped chains).  Under BART's default
+``valid_cuts="ancestors"`` the rules' availability does not read the rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..likelihoods import BARTLeafNormal
 from ..priors import split_mask, subtree_sums
 from ..priors.categorical import rule_available
 from ..tree import leaf_nodes, n_nodes
-from . import cgm_general, pg
+from . import bart_general_moves, cgm_general, pg
 from ._moves import CGMState
 
 __all__ = ["sweep", "can_split", "residual_data"]
@@ -52,6 +55,8 @@ def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, conf
     N = n_nodes(config.max_depth)
     trees = state.trees
     cgm_config = config.cgm
+    # sequential chains: local updates under lax.cond / switch; vmapped ones: the branch-free re-score
+    tree_step = bart_general_moves.step if cgm_config.incremental else cgm_general.step
 
     def body(total, xs):
         (tree, leaf_id, lo, hi, levels, log_prior), values, u, z, k = xs
@@ -65,7 +70,7 @@ def sweep(state, data, target, total, sigma2, uniforms, normals, tree_keys, conf
         if config.tree_sampler == "pg":  # the particles start at the stump, the reference replays `tree`
             new, info = pg.step(k, current, data_m, config.pg)
         else:
-            new, info = cgm_general.step((u, k), current, data_m, cgm_config)
+            new, info = tree_step((u, k), current, data_m, cgm_config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
         structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.lo, new.hi, new.levels, new.log_prior)

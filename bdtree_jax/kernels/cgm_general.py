@@ -41,12 +41,19 @@ from . import cgm as cgm_kernel, regrow as regrow_kernel
 from .base import SamplingAlgorithm
 from .cgm import CGMInfo, _choose_move, _log_move_probs, _log_q_ratio
 
-__all__ = ["init", "draw", "step", "score", "targets", "regrow_step", "regrow_sampler", "sampler"]
+__all__ = ["init", "draw", "step", "score", "rescore", "targets", "regrow_step", "regrow_sampler", "sampler"]
 
 
 def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
     """The scored state of ``tree`` (one pass over the rows)."""
     leaf_id, stats = node_stats(tree, data)
+    return rescore(tree, leaf_id, stats, data, config, beta)
+
+
+def rescore(tree: Tree, leaf_id: Array, stats: Array, data: TreeData, config, beta) -> CGMState:
+    """:func:`score` given the rows' leaves ``leaf_id`` and the nodes' ``stats`` (the moves that
+    update them locally: :mod:`bdtree_jax.kernels.bart_general_moves`); only the leaves' stats
+    are read."""
     lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
     levels = available_levels(tree, leaf_id, data)
     is_leaf = leaf_nodes(tree)
