@@ -16,6 +16,20 @@ import numpy as np
 
 __all__ = ["arviz_major_version", "make_inference_data"]
 
+
+def _import_arviz():
+    """``import arviz`` without ArviZ 0.2x's once-a-day notice of its coming 1.x refactor: a
+    ``FutureWarning`` that ``arviz/__init__`` raises on import, about no call of ours (ArviZ 1.x
+    has none).  Only that message from that module is ignored."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning,
+                                module=r"arviz$")
+        import arviz
+    return arviz
+
+
 # Groups without the (chain, draw) sample dimensions (ArviZ convention).
 _NO_SAMPLE_DIMS = ("observed_data", "constant_data", "predictions_constant_data")
 
@@ -23,9 +37,7 @@ _NO_SAMPLE_DIMS = ("observed_data", "constant_data", "predictions_constant_data"
 def arviz_major_version(version: str | None = None) -> int:
     """Major version of the installed ArviZ (or of the version string `version`)."""
     if version is None:
-        import arviz as az
-
-        version = az.__version__
+        version = _import_arviz().__version__
     match = re.match(r"\s*(\d+)", str(version))
     if match is None:
         raise RuntimeError(f"cannot parse the ArviZ version {version!r}")
@@ -68,8 +80,7 @@ def make_inference_data(groups: dict, dims: dict | None = None):
     get integer coordinates starting at 0.  Returns an ``arviz.InferenceData`` with ArviZ 0.x
     and an ``xarray.DataTree`` with ArviZ >= 1.
     """
-    import arviz as az
-
+    az = _import_arviz()
     dims = {name: list(d) for name, d in (dims or {}).items()}
     groups = {
         group: {name: np.asarray(arr) for name, arr in variables.items()}

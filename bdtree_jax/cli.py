@@ -1,7 +1,10 @@
 """Command line: ``bdtree run CONFIG`` runs a YAML config, a file or a bundled config by name
-(``bdtree run quickstart``; ``bdtree configs`` lists the bundled ones).
+(``bdtree run quickstart``; ``bdtree configs`` lists the bundled ones, ``bdtree configs NAME``
+prints one).  ``bdtree config-keys`` (and ``bdtree run --help``) lists every key with its default
+and one line of help.  ``--set KEY=VALUE`` overrides a key (a YAML value) before the config is
+checked, so it can also repair an invalid value.
 
-A config is a YAML mapping (unknown keys are an error)::
+A config is a YAML mapping (an unknown key is an error naming the closest known one)::
 
     name: iris_cgm            # run name (default: the file's stem)
     dataset: iris             # bdtree_jax.datasets name; with split: paper, a paper split
@@ -27,8 +30,18 @@ A config is a YAML mapping (unknown keys are an error)::
                               # (route missing cells; the default) or error
                               # (docs/categorical-missing.md; method cgm only, for now)
     output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots and
-                              # checkpoint.pkl (written as the run goes; rerunning an interrupted
-                              # config resumes from it and gives the identical chains)
+                              # checkpoint.pkl (written as the run goes)
+
+Resuming: a rerun of an interrupted config resumes from ``checkpoint.pkl`` and gives the identical
+chains; it says so on stderr (``bdtree: resuming from checkpoint runs/iris_cgm/checkpoint.pkl at
+iteration 2000 of 5000 (10 chains); --fresh starts over``) and ``metrics.json`` records it as
+``resumed_from`` (its ``seconds`` then count only the rest of the run).  A checkpoint of another
+run (other options, data or seed) is started over and overwritten, also said on stderr.
+``--fresh`` deletes the checkpoint and starts over.
+
+Errors in the config, a key, a value or a file exit with code 2 and one line on stderr
+(``bdtree: error: ...``, with a "did you mean" for a misspelt key, dataset or method); a
+traceback means a bug.
 
 The method's options may also be nested under ``method`` and the tempering options under
 ``tempering`` (both spellings are accepted; a key may not be given in both)::
@@ -47,7 +60,10 @@ likelihood and leaves) and ``map_tree.png``.
 from __future__ import annotations
 
 import argparse
+import difflib
+import inspect
 import json
+import logging
 import os
 import sys
 import time
@@ -57,9 +73,9 @@ import numpy as np
 
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
 from .methods import METHODS
-from .methods.flat import TEMPERING_OPTIONS, method_options
+from .methods.flat import TEMPERING_OPTIONS, method_from_name, method_options
 
-__all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"]
+__all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config", "config_keys"]
 
 #: The keys of a method's options (top level, or nested under ``method:``).
 _METHOD_KEYS = set(method_options())
@@ -69,7 +85,137 @@ _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"
 _DATA_KEYS = {"categorical_features", "missing"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS | _RUN_KEYS
-_REGRESSION_DATASETS = {"cgm", "airquality", "diamonds"}
+#: The checkpoint's file name in the output folder.
+_CHECKPOINT = "checkpoint.pkl"
+#: Defaults of the run keys that are not :func:`~bdtree_jax.sample`'s arguments.
+_RUN_DEFAULTS = {"name": "the file's name", "dataset": "(required)", "split": "paper", "task": "from the dataset",
+                 "method": inspect.signature(sample).parameters["method"].default, "output": "runs/NAME",
+                 "tempering": "null"}
+#: One line of help per config key (``bdtree config-keys``); the keys and defaults come from the code.
+_KEY_HELP = {
+    "name": "run name",
+    "dataset": "a bdtree_jax.datasets name, or cgm (CGM98's simulated data)",
+    "split": "paper (the paper's split), none (train = test = all rows) or a test fraction such as 0.3",
+    "task": "classification or regression",
+    "method": "the method's name, or a mapping {name: ..., option: value, ...}",
+    "output": "folder of the results and the checkpoint (a rerun resumes from it)",
+    "tempering": "a mapping {n_temperatures: ..., delta_t: ...} (or give them at the top level)",
+    "categorical_features": "categorical columns: from_dtype, null, or a list of column names or indices",
+    "missing": "missing cells: mia (routed to a side at every rule) or error",
+    "max_depth": "deepest level a tree may reach",
+    "alpha": "a node at depth d splits with probability alpha (1 + d)**-beta",
+    "beta": "how fast that probability falls with depth",
+    "min_leaf_size": "fewest training rows a split leaves on each side",
+    "split_prior": "how a cut is chosen among a feature's valid cuts: uniform or range (by gap width)",
+    "valid_cuts": "data (cuts that split the node's rows, CGM98) or ancestors (BART)",
+    "structure": "cgm (alpha, beta) or pinball (a Poisson number of leaves)",
+    "pinball_rate": "pinball: number of leaves - 1 ~ Poisson(pinball_rate)",
+    "pinball_balance": "pinball: each split's left leaf count ~ BetaBinomial(balance, balance)",
+    "pinball_max_leaves": "pinball: the most leaves (null: 2**max_depth)",
+    "concentration": "classification: Dirichlet concentration of each leaf's class probabilities",
+    "nu": "regression: sigma^2 ~ IG(nu/2, nu lam/2) (null: 3)",
+    "lam": "regression: sigma^2 ~ IG(nu/2, nu lam/2) (null: calibrated on var(y))",
+    "a": "regression: leaf mean ~ N(mu_bar, sigma^2 / a) (null: 1/3)",
+    "mu_bar": "regression: prior mean of the leaf means (null: mean(y))",
+    "num_warmup": "iterations per chain discarded (MCMC methods)",
+    "num_samples": "draws kept per chain",
+    "num_chains": "independent chains (SMC: runs; PCFG: sets of exact draws)",
+    "seed": "random seed; the same seed gives the same draws",
+    "block_size": "iterations per compiled block and between checkpoints (null: the method's)",
+    "thin": "keep every thin-th iteration after warm-up",
+    "data_shards": "split every chain's rows over this many devices",
+    "proposal": "cgm: cgm, regrow, cgm+regrow or cgm+perturb; smc, pg: prior or posterior",
+    "move_probs": "cgm, wu: grow, prune, change, swap; hmc: grow, prune, stay (null: 0.2, 0.2, 0.6)",
+    "box_constraints": "regions {feature: [low, high]} no rule may cut through",
+    "initial_tree": "the edit prior's tree (a tree string, or cart: a fitted CART)",
+    "mean_edits": "the edit prior's mean number of edits",
+    "max_edits": "the edit prior's most edits",
+    "schedule": "fast (one NUTS adaptation, leg_steps per leg) or paper",
+    "h_init": "split sharpness at the start of warm-up",
+    "h_final": "split sharpness after warm-up",
+    "leg_steps": "NUTS transitions per leg (schedule fast)",
+    "warmup_move_probs": "grow, prune, stay during warm-up (null: 0.5, 0.25, 0.25)",
+    "log_phi": "log phi of the PCFG prior",
+    "n_buckets": "cut features into that many equal-width buckets (null: every distinct value)",
+    "unbounded": "ignore max_depth: trees of any depth",
+    "num_particles": "particles per run (smc) or per sweep (pg)",
+    "n_islands": "independent particle systems, each resampling on its own",
+    "grow": "a stage grows one node per particle (next) or a whole level (layer)",
+    "resampling": "multinomial or systematic",
+    "ess_threshold": "resample when the ESS falls to this fraction of the particles",
+    "n_local": "CGM steps before and after each restructure",
+    "restructure": "auto, pi or gibbs",
+    "max_groups": "the most leaves the Gibbs restructure handles",
+    "n_temperatures": "rungs of the tempering ladder (1: no tempering)",
+    "delta_t": "rung i has inverse temperature 1 / (1 + delta_t i)",
+}
+
+
+def _did_you_mean(words, choices) -> str:
+    """The end of a sentence about unknown ``words`` (one or a list): ``"; did you mean 'x'?"``
+    with the closest of ``choices`` (``"... 'x' for 'y', 'z' for 'w'?"`` for several), or ``"."``
+    when none is close."""
+    words = [words] if isinstance(words, str) or not isinstance(words, (list, tuple)) else words
+    pairs = [(w, difflib.get_close_matches(str(w), [str(c) for c in choices], n=1)) for w in words]
+    pairs = [(w, close[0]) for w, close in pairs if close]
+    if not pairs:
+        return "."
+    if len(words) == 1:
+        return f"; did you mean {pairs[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{c!r} for {w!r}" for w, c in pairs) + "?"
+
+
+def _value_text(value) -> str:
+    """A default as YAML writes it (null, true, [a, b])."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def config_keys() -> list:
+    """Every config key, ``[(group, key, default, help)]``: the keys are :data:`ALLOWED_KEYS`, the
+    defaults those of :func:`~bdtree_jax.sample`, :class:`~bdtree_jax.TreePrior`, the leaf models,
+    the method classes (by method when they differ) and :class:`~bdtree_jax.methods.Tempering`."""
+    import dataclasses
+
+    from .likelihoods import DirichletMultinomial
+    from .methods import Tempering
+    from .priors import TreePrior
+
+    arguments = inspect.signature(sample).parameters
+    leaf = {f.name: f.default for f in dataclasses.fields(DirichletMultinomial)}
+    rows = [("run", k, _RUN_DEFAULTS[k]) for k in ("name", "dataset", "split", "task", "method", "output", "tempering")]
+    rows += [("data", k, arguments[k].default) for k in sorted(_DATA_KEYS)]
+    rows += [("prior", k, getattr(TreePrior(), k)) for k in PRIOR_OPTIONS]
+    rows += [("leaves", k, leaf.get(k)) for k in LEAF_OPTIONS]
+    rows += [("sampler", k, arguments[k].default) for k in sorted(_SAMPLER_KEYS, key=list(arguments).index)]
+    for key, owners in method_options().items():
+        by_value: dict = {}
+        for name in owners:
+            by_value.setdefault(_value_text(getattr(method_from_name(name), key)), []).append(name)
+        default = next(iter(by_value)) if len(by_value) == 1 else "; ".join(
+            f"{', '.join(names)}: {value}" for value, names in by_value.items())
+        rows.append((f"method ({', '.join(owners)})", key, default))
+    rows += [("tempering", k, getattr(Tempering(), k)) for k in TEMPERING_OPTIONS]
+    return [(group, key, _value_text(default), _KEY_HELP[key]) for group, key, default in rows]
+
+
+def _keys_table() -> str:
+    """The text of ``bdtree config-keys``: every key under its group, its default, its help."""
+    lines, group = [], None
+    for row_group, key, default, text in config_keys():
+        if row_group.split(" ")[0] != group:
+            group = row_group.split(" ")[0]
+            lines.append(f"{group}:")
+        owners = row_group[len(group) + 1:]
+        text = f"{owners} {text}" if owners else text
+        if len(default) > 17:
+            lines += [f"  {key:20} {default}", f"  {'':20} {'':17} {text}"]
+        else:
+            lines.append(f"  {key:20} {default:17} {text}")
+    return "\n".join(lines)
 
 
 def bundled_configs() -> dict:
@@ -83,37 +229,86 @@ def bundled_configs() -> dict:
 
 def find_config(config):
     """The file of ``config``: an existing YAML file, else a bundled config's name (with or
-    without ``.yaml``); raises ``ValueError`` listing the bundled names."""
+    without ``.yaml``); raises ``ValueError`` naming the missing file (or the unknown name) and
+    suggesting ``bdtree configs``."""
     if os.path.isfile(config):
         return Path(config)
     bundled = bundled_configs()
     name = str(config).removesuffix(".yaml")
     if name in bundled:
         return bundled[name]
-    raise ValueError(f"{config!r} is neither a YAML file nor a bundled config; bundled configs: {sorted(bundled)}.")
+    hint = f"{_did_you_mean(name, bundled)} `bdtree configs` lists the bundled configs."
+    if os.path.isdir(config):
+        raise ValueError(f"config {str(config)!r} is a folder, not a YAML file{hint}")
+    if os.sep in str(config) or str(config).endswith((".yaml", ".yml")):
+        raise ValueError(f"config file {str(config)!r} not found (no file {os.path.abspath(config)}){hint}")
+    raise ValueError(f"{str(config)!r} is neither a YAML file nor a bundled config{hint}")
 
 
-def load_config(config) -> dict:
-    """Read and validate a YAML run config (a file or a bundled config's name); raises
-    ``ValueError`` naming bad keys or values."""
+def _read_config(source: Path) -> dict:
+    """The YAML mapping in ``source`` (a ``ValueError`` naming the file if it is not one)."""
     import yaml
 
+    try:
+        config = yaml.safe_load(source.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ValueError(f"{source}: not valid YAML{at}: {getattr(err, 'problem', None) or err}.") from None
+    if not isinstance(config if config is not None else {}, dict):
+        raise ValueError(f"{source}: a config must be a YAML mapping of keys to values.")
+    return config or {}
+
+
+def load_config(config, overrides=()) -> dict:
+    """Read a YAML run config (a file or a bundled config's name), apply ``overrides``
+    (``"KEY=VALUE"`` strings, as ``--set``), then validate it; raises ``ValueError`` naming bad
+    keys or values."""
     source = find_config(config)
     path = str(source)
-    config = yaml.safe_load(source.read_text()) or {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: a config must be a YAML mapping of keys to values.")
+    config = _read_config(source)
+    for item in overrides:
+        _override(config, item)
     unknown = sorted(set(config) - ALLOWED_KEYS)
     if unknown:
-        raise ValueError(f"{path}: unknown config keys {unknown}; allowed keys: {sorted(ALLOWED_KEYS)}.")
+        raise ValueError(f"{path}: unknown config keys {unknown}{_did_you_mean(unknown, ALLOWED_KEYS)} "
+                         "`bdtree config-keys` lists the keys.")
     if "dataset" not in config:
         raise ValueError(f"{path}: the config needs a 'dataset' key.")
     config.setdefault("name", source.name.removesuffix(".yaml"))
-    config.setdefault("method", "cgm")
-    config.setdefault("split", "paper")
+    config.setdefault("method", _RUN_DEFAULTS["method"])
+    config.setdefault("split", _RUN_DEFAULTS["split"])
     config.setdefault("output", os.path.join("runs", config["name"]))
+    _check_data_keys(config, where=f"{path}: ")
     _flat_options(config, where=f"{path}: ")
     return config
+
+
+def _datasets() -> tuple:
+    """The datasets a config may name: the bundled ones and ``cgm`` (simulated)."""
+    from . import datasets
+
+    return tuple(dict.fromkeys(datasets.DATASETS + ("cgm",)))
+
+
+def _check_data_keys(config: dict, *, where: str) -> None:
+    """``dataset``, ``split`` and ``task``: a ``ValueError`` with a "did you mean" for a typo."""
+    from . import datasets
+
+    name, split = config["dataset"], config["split"]
+    if name not in _datasets():
+        raise ValueError(f"{where}unknown dataset {name!r}{_did_you_mean(name, _datasets())} Available datasets: "
+                         f"{', '.join(_datasets())}.")
+    if split == "paper" and name not in datasets.SPLITS:
+        raise ValueError(f"{where}dataset {name!r} has no paper split (those with one: {', '.join(datasets.SPLITS)}); "
+                         "give split: a test fraction such as 0.3, or none.")
+    if split not in ("paper", "none") and (isinstance(split, bool) or not isinstance(split, (int, float))
+                                           or not 0 < split < 1):
+        raise ValueError(f"{where}split must be paper, none or a test fraction in (0, 1); got {split!r}"
+                         f"{_did_you_mean(split, ('paper', 'none'))}")
+    if config.get("task") not in (None, "classification", "regression"):
+        raise ValueError(f"{where}task must be classification or regression; got {config['task']!r}"
+                         f"{_did_you_mean(config['task'], ('classification', 'regression'))}")
 
 
 def _method_name(config: dict) -> str:
@@ -133,13 +328,15 @@ def _flat_options(config: dict, *, where: str) -> dict:
             raise ValueError(f"{where}tempering must be a mapping with keys {sorted(set(TEMPERING_OPTIONS))}; got {nested!r}.")
         unknown = sorted(set(nested) - allowed)
         if unknown:
-            raise ValueError(f"{where}unknown {section} keys {unknown}; allowed: {sorted(allowed)}.")
+            raise ValueError(f"{where}unknown {section} keys {unknown}{_did_you_mean(unknown, allowed)} "
+                             f"Allowed: {', '.join(sorted(allowed))}.")
         twice = sorted(set(nested) & set(flat))
         if twice:
             raise ValueError(f"{where}{twice} given both at the top level and under {section}:; give each once.")
         flat.update({k: v for k, v in nested.items() if k != "name"})
     if _method_name(config) not in METHODS:
-        raise ValueError(f"{where}unknown method {_method_name(config)!r}; available: {METHODS}.")
+        raise ValueError(f"{where}unknown method {_method_name(config)!r}{_did_you_mean(_method_name(config), METHODS)} "
+                         f"Available: {', '.join(METHODS)}.")
     return flat
 
 
@@ -147,7 +344,7 @@ def _load_data(config):
     from . import datasets
 
     name, split = config["dataset"], config["split"]
-    task = config.get("task") or ("regression" if name in _REGRESSION_DATASETS else "classification")
+    task = config.get("task") or ("regression" if name in datasets.REGRESSION + ("cgm",) else "classification")
     if split == "paper":
         X_train, y_train, X_test, y_test = datasets.load_split(name)
     else:
@@ -160,11 +357,8 @@ def _load_data(config):
         else:
             from sklearn.model_selection import train_test_split
 
-            frac = float(split)
-            if not 0 < frac < 1:
-                raise ValueError(f"split must be 'paper', 'none' or a test fraction in (0, 1); got {split!r}.")
             X_train, X_test, y_train, y_test = train_test_split(
-                X, y, test_size=frac, random_state=int(config.get("seed", 0)),
+                X, y, test_size=float(split), random_state=int(config.get("seed", 0)),
                 stratify=y if task == "classification" else None,
             )
     return task, X_train, y_train, X_test, y_test
@@ -179,12 +373,44 @@ def _sample_arguments(method: str, flat: dict, *, where: str) -> dict:
     return dict(method=method, tempering=tempering, prior=prior, likelihood=likelihood or None, **rest)
 
 
-def run_config(config: dict, *, progress: bool | None = None) -> dict:
-    """Run one config; returns the metrics dict (also written to ``output/metrics.json``)."""
+class _Resumed(logging.Handler):
+    """Prints the driver's messages about the checkpoint to stderr and keeps where it resumed."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.resumed_from = None
+
+    def emit(self, record):
+        resumed = getattr(record, "resumed_from", None)
+        self.resumed_from = resumed or self.resumed_from
+        print(f"bdtree: {record.getMessage()}" + ("; --fresh starts over" if resumed else ""), file=sys.stderr)
+
+
+def _sample_reporting_resume(*args, **kwargs):
+    """:func:`~bdtree_jax.sample` with the driver's INFO messages (a resumed checkpoint) on
+    stderr; returns ``(posterior, resumed_from)``, the latter the driver's dict or None."""
+    logger, handler = logging.getLogger("bdtree_jax.driver"), _Resumed()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        return sample(*args, **kwargs), handler.resumed_from
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def run_config(config: dict, *, progress: bool | None = None, fresh: bool = False) -> dict:
+    """Run one config; returns the metrics dict (also written to ``output/metrics.json``).
+
+    The run writes a checkpoint in the output folder as it goes; a rerun of the same config
+    resumes from it, says so on stderr and records ``resumed_from`` (the checkpoint, the
+    iterations or chains it held) in the metrics.  ``fresh``: delete that checkpoint first.
+    """
     task, X_train, y_train, X_test, y_test = _load_data(config)
     kwargs = _flat_options(config, where="")
     for key in ("move_probs", "warmup_move_probs"):
-        if key in kwargs:
+        if kwargs.get(key) is not None:
             kwargs[key] = tuple(kwargs[key])
     if kwargs.get("initial_tree") == "cart":
         from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
@@ -195,10 +421,15 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
         ).fit(X_train, y_train)
     out = Path(config["output"])
     out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / _CHECKPOINT
+    if fresh and checkpoint.exists():
+        checkpoint.unlink()
+        print(f"bdtree: --fresh: deleted the checkpoint {checkpoint}", file=sys.stderr)
     t0 = time.perf_counter()
     # written after every block_size iterations; rerunning the same config resumes from it
-    post = sample(X_train, y_train, task=task, progress=progress, checkpoint=str(out / "checkpoint.pkl"),
-                  **_sample_arguments(_method_name(config), kwargs, where=f"{config['name']}: "))
+    post, resumed_from = _sample_reporting_resume(
+        X_train, y_train, task=task, progress=progress, checkpoint=str(checkpoint),
+        **_sample_arguments(_method_name(config), kwargs, where=f"{config['name']}: "))
     seconds = time.perf_counter() - t0
     draws = post.predict_draws(X_test)  # (chains*draws, n, P)
     C, S = post.num_chains, post.num_draws
@@ -207,7 +438,7 @@ def run_config(config: dict, *, progress: bool | None = None) -> dict:
     metrics = dict(
         name=config["name"], dataset=config["dataset"], method=_method_name(config), task=task,
         n_train=int(len(y_train)), n_test=int(len(y_test)), num_chains=C, num_draws_per_chain=S,
-        seconds=seconds, config={k: v for k, v in config.items()},
+        seconds=seconds, resumed_from=resumed_from, config={k: v for k, v in config.items()},
     )
     leaves = post.stats["n_leaves"].mean(1)
     metrics["leaves_mean"], metrics["leaves_sd"] = float(leaves.mean()), float(leaves.std(ddof=1) if C > 1 else 0.0)
@@ -282,15 +513,23 @@ def _plots(post, out: Path) -> None:
 
 
 def _override(config: dict, item: str) -> None:
-    """Apply ``--set KEY=VALUE`` (a YAML value); a key given under ``method:`` or ``tempering:``
-    is replaced there."""
+    """Apply ``--set KEY=VALUE`` (a YAML value) to a config as read (before it is validated); a
+    key given under ``method:`` or ``tempering:`` is replaced there."""
     import yaml
 
     k, sep, v = item.partition("=")
-    if not sep or k not in ALLOWED_KEYS:
-        raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(ALLOWED_KEYS)}.")
+    if not sep:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE.")
+    if k not in ALLOWED_KEYS:
+        raise ValueError(f"--set {item!r}: unknown key {k!r}{_did_you_mean(k, ALLOWED_KEYS)} "
+                         "`bdtree config-keys` lists the keys.")
+    try:
+        value = yaml.safe_load(v)
+    except yaml.YAMLError as err:
+        raise ValueError(f"--set {item!r}: the value is not valid YAML ({getattr(err, 'problem', None) or err}).") \
+            from None
     nested = [config[s] for s in ("method", "tempering") if isinstance(config.get(s), dict) and k in config[s]]
-    (nested[0] if nested and k not in ("method", "tempering") else config)[k] = yaml.safe_load(v)
+    (nested[0] if nested and k not in ("method", "tempering") else config)[k] = value
 
 
 def _list_configs(names) -> int:
@@ -311,42 +550,57 @@ def _list_configs(names) -> int:
 
 
 def main(argv=None) -> int:
+    """The ``bdtree`` command; returns the exit code: 0, 2 for a user error (a bad config, key,
+    value or file: one line on stderr, no traceback), 130 when interrupted."""
     parser = argparse.ArgumentParser(prog="bdtree", description="Bayesian decision trees in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
-        "run", help="run YAML configs (see bdtree_jax.cli)",
-        epilog=f"bundled configs: {', '.join(bundled_configs())}",
+        "run", help="run YAML configs (see bdtree_jax.cli)", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run YAML configs. A rerun of an interrupted config resumes from the checkpoint in its output "
+                    "folder (and says so); --fresh starts over.",
+        epilog=f"config keys (KEY  DEFAULT  HELP; `bdtree config-keys` prints this table):\n{_keys_table()}\n\n"
+               f"bundled configs: {', '.join(bundled_configs())}",
     )
     run.add_argument("configs", nargs="+", metavar="CONFIG",
                      help="a YAML file or the name of a bundled config (`bdtree configs` lists them)")
     run.add_argument("--output", help="override the config's output folder (single config only)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key (YAML value), e.g. --set num_chains=2")
+                     help="override a config key (YAML value), e.g. --set num_chains=2; applied before the "
+                          "config is checked")
+    run.add_argument("--fresh", action="store_true",
+                     help=f"delete the output folder's {_CHECKPOINT} and start over instead of resuming")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     show = sub.add_parser("configs", help="list the bundled configs, or print one (bdtree configs quickstart)")
     show.add_argument("names", nargs="*", metavar="NAME", help="bundled configs to print")
+    sub.add_parser("config-keys", help="list every config key with its default and one line of help")
     args = parser.parse_args(argv)
-    if args.command == "configs":
-        try:
+    out = None
+    try:
+        if args.command == "configs":
             return _list_configs(args.names)
-        except ValueError as err:
-            print(f"bdtree: error: {err}", file=sys.stderr)
-            return 2
-
-    for path in args.configs:
-        try:
-            config = load_config(path)
-            for item in args.set:
-                _override(config, item)
+        if args.command == "config-keys":
+            print(_keys_table())
+            return 0
+        if args.output and len(args.configs) > 1:
+            raise ValueError("--output takes a single config; give each config its own output: key.")
+        for path in args.configs:
+            config = load_config(path, overrides=args.set)
             if args.output:
                 config["output"] = args.output
-            metrics = run_config(config, progress=args.progress)
-        except ValueError as err:
-            print(f"bdtree: error: {err}", file=sys.stderr)
-            return 2
-        score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
-        print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"], seconds=round(metrics["seconds"], 1), **score)))
-        print(f"wrote {config['output']}/: metrics.json posterior.nc posterior.pkl trace.png map_tree.png")
+            out = config["output"]
+            metrics = run_config(config, progress=args.progress, fresh=args.fresh)
+            score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
+            print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"],
+                                  seconds=round(metrics["seconds"], 1), **score)))
+            print(f"wrote {out}/: metrics.json posterior.nc posterior.pkl trace.png map_tree.png {_CHECKPOINT} "
+                  "(a rerun resumes from the checkpoint; --fresh starts over)")
+    except (ValueError, OSError) as err:
+        print(f"bdtree: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        kept = f"; rerun the same command to resume from {out}/{_CHECKPOINT}" if out else ""
+        print(f"bdtree: interrupted{kept}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -16,13 +16,15 @@
 * Iterations run in fixed-size blocks (a loop of up to ``block_size`` steps writing into the
   block's trace buffers; the last block stops early), so the number of iterations is not part of
   the compiled shape: one compilation serves any run length.
-* Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint.
+* Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint
+  (resuming from one is logged: :func:`_report_resume`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import sys
 from typing import Any, NamedTuple
@@ -40,6 +42,7 @@ __all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_c
            "ROW_AXES", "row_count", "row_specs", "recorded_count"]
 
 _TRACES = {"count": 0}
+_LOG = logging.getLogger(__name__)
 
 
 def trace_count() -> int:
@@ -455,6 +458,7 @@ def run_chains(
         jax.tree.map(lambda dst, src: dst.__setitem__((slice(None), slice(at, at + src.shape[1])), src), traces, block)
 
     saved = _read_checkpoint(checkpoint, ident)
+    _report_resume(checkpoint, saved, num_iterations, "iteration", num_chains)
     if saved is not None:
         start = saved["start"]
         at = 0
@@ -501,6 +505,24 @@ def run_chains(
     finally:
         bar.close()
     return traces, states
+
+
+def _report_resume(checkpoint, saved, total: int, unit: str, num_chains: int) -> None:
+    """Log at INFO on the logger ``"bdtree_jax.driver"`` that a run resumes from ``checkpoint``
+    after ``saved["start"]`` of ``total`` units (``unit``: iterations or chains; the record's
+    ``resumed_from``: a dict of these), or that the file there belongs to another run and is
+    started over (``saved`` None; ``resumed_from`` None); nothing when there is no file."""
+    if checkpoint is None or (saved is None and not os.path.exists(checkpoint)):
+        return
+    if saved is None:
+        return _LOG.info("checkpoint %s belongs to another run (other options, data or seed); starting over and "
+                         "overwriting it", os.fspath(checkpoint), extra={"resumed_from": None})
+    done = int(saved["start"])
+    where = (f"at iteration {done} of {total} ({num_chains} chains)" if unit == "iteration"
+             else f"with {done} of {total} chains done")
+    _LOG.info("resuming from checkpoint %s %s", os.fspath(checkpoint), where,
+              extra={"resumed_from": dict(checkpoint=os.fspath(checkpoint), done=done, total=int(total), unit=unit,
+                                          num_chains=int(num_chains))})
 
 
 def check_rows(data, data_shards: int, where: str = "") -> int:
@@ -604,6 +626,7 @@ def run_independent(
         raise ValueError(f"num_chains must be an integer >= 1; got {num_chains!r}.")
     ident = _fingerprint("independent", fingerprint, jax.random.key_data(key), num_chains, *_data_leaves(data))
     saved = _read_checkpoint(checkpoint, ident)
+    _report_resume(checkpoint, saved, num_chains, "chain", num_chains)
     results = [] if saved is None else [_from_host(r, np.asarray) for r in saved["chunks"]]
     devices = tuple(chain_devices(num_chains, devices)) if jittable else ()
     wave_fn = _wave_program(run_one, devices) if len(devices) > 1 else None

@@ -1,10 +1,13 @@
 import json
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 
-from bdtree_jax.cli import _override, bundled_configs, load_config, main
+from bdtree_jax import driver
+from bdtree_jax.cli import ALLOWED_KEYS, _override, bundled_configs, config_keys, load_config, main
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bdtree_jax", "configs")
 
@@ -27,13 +30,18 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
     assert '"test_accuracy_mean"' in capsys.readouterr().out
 
 
-def test_run_a_bundled_config_by_name(tmp_path, monkeypatch, capsys):
+def test_run_a_bundled_config_by_name_without_warnings(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: the name is found in the installed package
-    assert main(["run", "quickstart", "--set", "num_warmup=50", "--set", "num_samples=20",
-                 "--set", "num_chains=2"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a clean run warns about nothing (pyproject lets Future/Deprecation pass)
+        assert main(["run", "quickstart", "--set", "num_warmup=50", "--set", "num_samples=20",
+                     "--set", "num_chains=2"]) == 0
     metrics = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())
     assert metrics["name"] == "quickstart" and metrics["num_draws_per_chain"] == 20
-    assert "wrote runs/quickstart/" in capsys.readouterr().out
+    assert metrics["resumed_from"] is None
+    out, err = capsys.readouterr()
+    assert "wrote runs/quickstart/" in out and "checkpoint.pkl" in out.splitlines()[-1]
+    assert err == ""
     assert load_config("quickstart.yaml") == load_config(os.path.join(CONFIGS, "quickstart.yaml"))
 
 
@@ -52,23 +60,169 @@ def test_configs_command_lists_and_prints(capsys):
     assert "quickstart" in listing and "method=pcfg" in listing
     assert main(["configs", "quickstart"]) == 0
     assert "dataset: iris" in capsys.readouterr().out
-    assert main(["configs", "no_such_config"]) == 2
-    assert "bundled configs: [" in capsys.readouterr().err
+    assert main(["configs", "quikstart"]) == 2
+    assert "did you mean 'quickstart'? `bdtree configs` lists" in capsys.readouterr().err
 
 
 def test_bad_config_keys(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("dataset: iris\nnum_chain: 3\n")
-    with pytest.raises(ValueError, match="unknown config keys \\['num_chain'\\]"):
+    with pytest.raises(ValueError, match="unknown config keys \\['num_chain'\\]; did you mean 'num_chains'\\?"):
         load_config(bad)
     assert main(["run", str(bad)]) == 2
     assert "num_chain" in capsys.readouterr().err
+    bad.write_text("dataset: iris\nnum_chain: 3\nsed: 1\nzzzzzz: 2\n")
+    with pytest.raises(ValueError, match="did you mean 'num_chains' for 'num_chain', 'seed' for 'sed'\\?"):
+        load_config(bad)
     bad.write_text("dataset: iris\nmethod: magic\n")
     with pytest.raises(ValueError, match="unknown method"):
         load_config(bad)
-    assert main(["run", os.path.join(CONFIGS, "quickstart.yaml"), "--set", "chains=2"]) == 2
+    bad.write_text("dataset: iris\nmethod: hmc-fd\n")
+    with pytest.raises(ValueError, match="unknown method 'hmc-fd'; did you mean 'hmc-df'\\?"):
+        load_config(bad)
+    assert main(["run", os.path.join(CONFIGS, "quickstart.yaml"), "--set", "num_chain=2"]) == 2
+    assert "unknown key 'num_chain'; did you mean 'num_chains'?" in capsys.readouterr().err
     assert main(["run", "no_such_config"]) == 2
     assert "neither a YAML file nor a bundled config" in capsys.readouterr().err
+
+
+def _one_line_error(capsys) -> str:
+    """The stderr of a failed command: exactly one line, ``bdtree: error: ...``, no traceback."""
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("bdtree: error: "), err
+    assert "Traceback" not in err
+    return err
+
+
+def test_missing_config_file_is_one_line_naming_it(tmp_path, capsys):
+    missing = tmp_path / "configs" / "mine.yaml"
+    assert main(["run", str(missing)]) == 2
+    err = _one_line_error(capsys)
+    assert f"config file {str(missing)!r} not found" in err and "`bdtree configs` lists the bundled configs" in err
+    assert main(["run", str(tmp_path)]) == 2
+    assert "is a folder, not a YAML file" in _one_line_error(capsys)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: [iris\n")
+    assert main(["run", str(bad)]) == 2
+    assert f"{bad}: not valid YAML (line 2)" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("dataset: irsi\nsplit: 0.3", "unknown dataset 'irsi'; did you mean 'iris'\\? Available datasets: iris, "),
+    ("dataset: penguins", "dataset 'penguins' has no paper split"),
+    ("dataset: iris\nsplit: papr", "split must be paper, none or a test fraction in \\(0, 1\\); got 'papr'; did "
+                                   "you mean 'paper'\\?"),
+    ("dataset: iris\nsplit: 1.5", "split must be .* got 1.5."),
+    ("dataset: iris\ntask: clasification", "did you mean 'classification'\\?"),
+])
+def test_dataset_split_and_task_typos(tmp_path, capsys, text, match):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "\n")
+    with pytest.raises(ValueError, match=match):
+        load_config(bad)
+    assert main(["run", str(bad)]) == 2
+    _one_line_error(capsys)
+
+
+def test_set_is_applied_before_the_config_is_checked(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: irsi\nmethod: magic\nsplit: 0.3\n")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_config(bad)
+    config = load_config(bad, overrides=["method=cgm", "dataset=iris"])
+    assert config["method"] == "cgm" and config["dataset"] == "iris"
+    good = tmp_path / "good.yaml"
+    good.write_text("dataset: iris\nsplit: 0.3\n")
+    assert main(["run", str(good), "--set", "method=magic"]) == 2
+    assert "unknown method 'magic'" in _one_line_error(capsys)
+    for item, match in (("method", "expected KEY=VALUE"), ("num_chains=[1", "the value is not valid YAML")):
+        assert main(["run", str(good), "--set", item]) == 2
+        assert match in _one_line_error(capsys)
+
+
+def test_config_keys_and_run_help_list_every_key(capsys):
+    from bdtree_jax.methods import RunOptions
+    from bdtree_jax.priors import TreePrior
+
+    rows = config_keys()
+    assert sorted(key for _, key, _, _ in rows) == sorted(ALLOWED_KEYS)  # every key, once
+    assert all(text and "\n" not in text for _, _, _, text in rows)
+    defaults = {key: default for _, key, default, _ in rows}
+    # the defaults are the code's: sample's arguments agree with RunOptions, the prior's with TreePrior
+    for key in ("num_warmup", "num_samples", "num_chains", "seed", "thin", "data_shards"):
+        assert defaults[key] == str(getattr(RunOptions(), key))
+    assert defaults["max_depth"] == str(TreePrior().max_depth) and defaults["num_particles"] == "smc: 100; pg: 10"
+    assert main(["config-keys"]) == 0
+    table = capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    for text in (table, help_text):
+        listed = {line.split()[0] for line in text.splitlines() if line.startswith("  ") and line.strip()}
+        assert ALLOWED_KEYS <= listed, sorted(ALLOWED_KEYS - listed)
+    assert table in help_text and "--fresh" in help_text
+    assert "  max_depth            6                 deepest level a tree may reach" in table
+
+
+def test_importing_arviz_through_us_does_not_warn(tmp_path):
+    # ArviZ 0.2x warns (FutureWarning) on its first import of a day, kept in its cache folder:
+    # an empty cache folder makes it warn; our import ignores that one message only
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    code = "from bdtree_jax._arviz import arviz_major_version; arviz_major_version()"
+    ours = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True)
+    assert ours.returncode == 0 and ours.stderr == "", ours.stderr
+    import arviz
+
+    env["XDG_CACHE_HOME"] = str(tmp_path / "other")
+    plain = subprocess.run([sys.executable, "-W", "error", "-c", "import arviz"], env=env, capture_output=True, text=True)
+    if int(arviz.__version__.split(".")[0]) < 1 and plain.returncode:  # the notice this filter is for
+        assert "ArviZ is undergoing a major refactor" in plain.stderr
+
+
+def _tiny(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("dataset: iris\nsplit: 0.3\nmax_depth: 2\nnum_warmup: 20\nnum_samples: 20\nnum_chains: 1\n"
+                    "block_size: 10\n")
+    return ["run", str(path), "--output", str(tmp_path / "out")]
+
+
+def test_resuming_says_so_and_fresh_starts_over(tmp_path, monkeypatch, capsys):
+    checkpoint = tmp_path / "out" / "checkpoint.pkl"
+    write = driver._write_checkpoint
+
+    def write_then_interrupt(*args, **kwargs):  # Ctrl-C right after the first checkpoint
+        write(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "_write_checkpoint", write_then_interrupt)
+    assert main(_tiny(tmp_path)) == 130
+    out, err = capsys.readouterr()
+    assert err == f"bdtree: interrupted; rerun the same command to resume from {tmp_path / 'out'}/checkpoint.pkl\n"
+    monkeypatch.setattr(driver, "_write_checkpoint", write)
+
+    assert main(_tiny(tmp_path)) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"bdtree: resuming from checkpoint {checkpoint} at iteration 10 of 40 (1 chains); "
+                   "--fresh starts over\n")
+    assert "checkpoint.pkl (a rerun resumes from the checkpoint; --fresh starts over)" in out.splitlines()[-1]
+    resumed = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert resumed["resumed_from"] == dict(checkpoint=str(checkpoint), done=10, total=40, unit="iteration",
+                                           num_chains=1)
+
+    assert main(_tiny(tmp_path) + ["--fresh"]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"bdtree: --fresh: deleted the checkpoint {checkpoint}\n"
+    fresh = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert fresh["resumed_from"] is None
+    for key in ("test_accuracy_per_chain", "leaves_mean", "map_tree", "acceptance_rate", "most_visited_tree"):
+        assert resumed[key] == fresh[key]  # the resumed run is the uninterrupted one
+
+    assert main(_tiny(tmp_path) + ["--set", "seed=1"]) == 0
+    err = capsys.readouterr().err
+    assert err == f"bdtree: checkpoint {checkpoint} belongs to another run (other options, data or seed); " \
+                  "starting over and overwriting it\n"
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["resumed_from"] is None
 
 
 @pytest.mark.parametrize("text, match", [
