@@ -45,6 +45,7 @@ FACTOR_RUNS = [
     ("wu depth 12, 2 chains", "wu", {"n_local": 2}, "iris", 12, 2, 300, 300, 1),
     ("pg depth 8, 10 particles, 2 chains", "pg", {}, "iris", 8, 2, 100, 100, 1),
     ("smc depth 9, 200 particles, 4 runs", "smc", {"num_particles": 200}, "iris", 9, 4, 0, 1000, 1),
+    ("bart 200 trees depth 6, 2 chains", "bart", {"n_trees": 200}, "cgm", 6, 2, 250, 500, 1),
 ]
 # (PCFG's grammar checks its own memory level by level as it is built; its draws are counted.)
 
@@ -71,6 +72,8 @@ def worker_factor(spec: dict) -> dict:
     from bdtree_jax.problem import build_problem
 
     name, method_name, method_options, dataset, depth, chains, warmup, samples, rungs = spec["run"]
+    if method_name == "bart":
+        return _worker_bart(spec)
     X, y = bd.datasets.load(dataset)
     method = method_from_name(method_name)
     if method_options:
@@ -89,6 +92,35 @@ def worker_factor(spec: dict) -> dict:
     return dict(name=name, method=method_name, counted=counted, before=before, after=after,
                 ratio=(after - before) / counted, seconds=seconds, xla_factor_used=XLA_FACTOR,
                 parts=[dict(what=p.what, nbytes=p.nbytes, device=p.device) for p in parts])
+
+
+def _worker_bart(spec: dict) -> dict:
+    """A BART regression on ``make_cgm(2000)`` (the estimator's own problem and configuration)."""
+    import bdtree_jax as bd
+    from bdtree_jax.estimators import bart as bart_estimator
+    from bdtree_jax.methods import _memory
+
+    name, _, options, _, depth, chains, warmup, samples, _ = spec["run"]
+    X, y = bd.datasets.make_cgm(2000, seed=0)
+    counted = {}
+    real = bart_estimator.check_bart
+
+    def spy(config, problem, num_chains, num_warmup, num_samples, block_size, where=""):
+        parts = _memory.estimate_bart(config, problem, num_chains, num_warmup, num_samples, block_size)
+        counted["bytes"] = sum(p.nbytes for p in parts)
+        counted["parts"] = [dict(what=p.what, nbytes=p.nbytes, device=p.device) for p in parts]
+        counted["before"] = _rss_peak()
+        return real(config, problem, num_chains, num_warmup, num_samples, block_size, where)
+
+    bart_estimator.check_bart = spy
+    reg = bd.BARTRegressor(max_depth=depth, num_warmup=warmup, num_samples=samples, num_chains=chains, **options)
+    t = time.perf_counter()
+    reg.fit(X, y)
+    seconds = time.perf_counter() - t
+    after = _rss_peak()
+    return dict(name=name, method="bart", counted=counted["bytes"], before=counted["before"], after=after,
+                ratio=(after - counted["before"]) / counted["bytes"], seconds=seconds,
+                xla_factor_used=_memory.XLA_FACTOR, parts=counted["parts"])
 
 
 def worker_issue(spec: dict) -> dict:
@@ -188,6 +220,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=("factor", "issue"), help="run one group")
+    parser.add_argument("--runs", default="", help="factor: only the runs whose name contains this")
     parser.add_argument("--draws", type=int, default=1000, help="issue case: warm-up and kept draws (each)")
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--timeout", type=float, default=1800)
@@ -207,8 +240,9 @@ def main() -> None:
     except (OSError, subprocess.CalledProcessError):
         results["commit"] = "?"
     if args.only in (None, "factor"):
-        results["factor"] = []
-        for run in FACTOR_RUNS:
+        chosen = [run for run in FACTOR_RUNS if args.runs in run[0]]
+        results["factor"] = [r for r in results.get("factor", []) if r.get("name") not in {run[0] for run in chosen}]
+        for run in chosen:
             r = run_worker("factor", dict(run=run), args.timeout)
             r.setdefault("name", run[0])
             print(json.dumps({k: v for k, v in r.items() if k != "parts"}), flush=True)

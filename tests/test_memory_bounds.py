@@ -150,3 +150,11 @@ def test_estimate_counts_a_kept_draw_as_the_posterior_does():
     per_draw = parts["the posterior's copy of the kept draws"].nbytes / (2 * 30)
     assert post.nbytes_per_draw <= per_draw <= post.nbytes_per_draw + 16
     assert parts["recorded trace"].nbytes == per_draw * 2 * (10 + 30)
+
+
+def test_bart_run_is_checked_too(tiny_memory):
+    X, y = bd.datasets.make_cgm(200, seed=0)
+    traced = driver.trace_count()
+    with pytest.raises(ValueError, match=r"BARTRegressor: this run needs about .*n_trees=2000.*BDTREE_MEMORY_CHECK=0"):
+        bd.BARTRegressor(n_trees=2000, max_depth=10, num_samples=5000).fit(X, y)
+    assert driver.trace_count() == traced

@@ -38,7 +38,7 @@ import numpy as np
 from ..kernels.cgm import CGMConfig
 from ..tree import n_nodes
 
-__all__ = ["XLA_FACTOR", "COMPILE_BYTES", "ENV_VAR", "compile_bytes", "Part", "estimate_run", "available_bytes", "check_run", "format_bytes"]
+__all__ = ["XLA_FACTOR", "COMPILE_BYTES", "ENV_VAR", "compile_bytes", "Part", "estimate_run", "estimate_bart", "available_bytes", "check_run", "check_bart", "format_bytes"]
 
 #: The environment variable that turns the check off (``BDTREE_MEMORY_CHECK=0``).
 ENV_VAR = "BDTREE_MEMORY_CHECK"
@@ -203,6 +203,42 @@ def _soft_parts(method, problem, options, n_rungs: int) -> list[Part]:
     ], key=lambda p: -p.nbytes)
 
 
+def estimate_bart(config, problem, num_chains: int, num_warmup: int, num_samples: int, block_size: int,
+                  devices=None) -> list[Part]:
+    """The parts of a BART run's peak memory (:func:`estimate_run`'s for
+    :class:`~bdtree_jax.kernels.bart.BARTConfig` ``config`` and a
+    :class:`~bdtree_jax.problem.BARTProblem`): per recorded sweep ``n_trees`` padded trees and
+    their leaf values; per chain every tree's state (node statistics and bounds, its rows' leaf
+    slots as uint8 or int16), the leaf values and the fit."""
+    n, n_features = problem.train_bins.shape
+    trees, slots = config.n_trees, n_nodes(config.max_depth)
+    n_cuts = int(problem.grid.n_cuts.max()) if problem.grid.n_cuts.size else 0
+    dtypes = CGMConfig.from_prior(problem.prior, n_features=n_features, n_cuts=n_cuts).trace_dtypes
+    slot = 1 + sum(np.dtype(t).itemsize for t in dtypes) + np.dtype(config.leaf_dtype).itemsize
+    per_draw = (trees * slots * slot if config.record_trees else 0) + 64
+    devices = jax.devices() if devices is None else list(devices)
+    on_cpu = devices[0].platform == "cpu"
+    per_device = math.ceil(num_chains / max(1, len(devices)))
+    sharing = min(num_chains, len(devices)) if on_cpu else 1
+    leaf_slot = 1 if config.max_depth <= 7 else 2
+    state = trees * (slots * (9 + 4 * 3 + 8 * n_features + 5) + leaf_slot * n) + 8 * n
+    step = trees * slots * 4 * 4 * n_features + 16 * 16 * n  # a tree's proposal tables, a batch of row masks
+    recorded = num_warmup + num_samples
+    drivers = ("num_samples", "num_chains", "n_trees", "max_depth", "num_warmup")
+    return sorted([
+        Part(f"recorded trace ({num_chains} chains x {recorded:,} sweeps x {per_draw:,} bytes per draw)",
+             num_chains * recorded * per_draw, drivers, False),
+        Part(f"the posterior's copy of the kept draws ({num_chains} x {num_samples:,} draws)",
+             num_chains * num_samples * per_draw, drivers[:4], False),
+        Part(f"trace buffers of the compiled blocks ({block_size} sweeps each)",
+             3 * per_device * sharing * block_size * per_draw, ("n_trees", "max_depth", "num_chains"), True),
+        Part(f"chain states ({num_chains} chains x {trees} trees)", per_device * sharing * state,
+             ("n_trees", "rows", "num_chains", "max_depth"), True),
+        Part("step temporaries", (per_device if not on_cpu and config.incremental is False else 1) * sharing * step,
+             ("n_trees", "rows", "max_depth"), True),
+    ], key=lambda p: -p.nbytes)
+
+
 def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
@@ -270,16 +306,34 @@ def _values(method, problem, options, n_rungs) -> dict:
                 num_particles=getattr(method, "num_particles", None), n_temperatures=n_rungs)
 
 
+def _disabled() -> bool:
+    return os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def check_run(method, problem, options, n_rungs: int = 1, where: str = "") -> None:
     """Raise a ``ValueError`` if the run's estimated memory (:func:`estimate_run` times
-    :data:`XLA_FACTOR`) exceeds the memory available (:func:`available_bytes`), naming the
-    largest parts, the arguments that drive them and what to lower.  Does nothing when the
-    environment sets ``BDTREE_MEMORY_CHECK=0``."""
-    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+    :data:`XLA_FACTOR`, plus :data:`COMPILE_BYTES`) exceeds the memory available
+    (:func:`available_bytes`), naming the largest parts, the arguments that drive them and what
+    to lower.  Does nothing when the environment sets ``BDTREE_MEMORY_CHECK=0``."""
+    if _disabled():
         return
     parts = estimate_run(method, problem, options, n_rungs)
-    host, device = available_bytes(_devices(options))
-    compiling = compile_bytes(method)  # on the host, wherever the run goes
+    _compare(parts, _values(method, problem, options, n_rungs), compile_bytes(method), _devices(options), where)
+
+
+def check_bart(config, problem, num_chains: int, num_warmup: int, num_samples: int, block_size: int,
+               where: str = "") -> None:
+    """:func:`check_run` for a BART fit (:func:`estimate_bart`)."""
+    if _disabled():
+        return
+    parts = estimate_bart(config, problem, num_chains, num_warmup, num_samples, block_size)
+    values = dict(max_depth=config.max_depth, num_chains=num_chains, num_samples=num_samples, num_warmup=num_warmup,
+                  rows=problem.train_bins.shape[0], n_trees=config.n_trees)
+    _compare(parts, values, COMPILE_BYTES.get("bart", COMPILE_BYTES["*"]), jax.devices(), where)
+
+
+def _compare(parts: list, values: dict, compiling: int, devices, where: str) -> None:
+    host, device = available_bytes(devices)
     if device is None:  # CPU: one memory
         need = sum(p.nbytes for p in parts) * XLA_FACTOR + compiling
         have, where_kind, shown = host, "host memory available", parts
@@ -293,7 +347,6 @@ def check_run(method, problem, options, n_rungs: int = 1, where: str = "") -> No
             need, have, where_kind, shown = need_dev, device, "accelerator memory available", dev_parts
     if have is None or need <= have:
         return
-    values = _values(method, problem, options, n_rungs)
     top = shown[:3]
     lines = "; ".join(f"{p.what}: {format_bytes(p.nbytes * XLA_FACTOR)}" for p in top)
     drivers = list(dict.fromkeys(d for p in top for d in p.drivers if values.get(d) is not None))
@@ -303,5 +356,4 @@ def check_run(method, problem, options, n_rungs: int = 1, where: str = "") -> No
     raise ValueError(
         f"{where}this run needs about {format_bytes(need)} (estimated before compiling) and {format_bytes(have)} of "
         f"{where_kind}.  Largest parts: {lines} (besides about {format_bytes(compiling)} to compile); driven by "
-        f"{named}.  Lower {hint}, or set the environment variable "
-        f"{ENV_VAR}=0 to run anyway (docs/memory.md).")
+        f"{named}.  Lower {hint}, or set the environment variable {ENV_VAR}=0 to run anyway (docs/memory.md).")
