@@ -158,3 +158,17 @@ def test_bart_run_is_checked_too(tiny_memory):
     with pytest.raises(ValueError, match=r"BARTRegressor: this run needs about .*n_trees=2000.*BDTREE_MEMORY_CHECK=0"):
         bd.BARTRegressor(n_trees=2000, max_depth=10, num_samples=5000).fit(X, y)
     assert driver.trace_count() == traced
+
+
+def test_accelerator_memory_is_compared_with_the_device_parts(monkeypatch):
+    """With an accelerator (mocked: 32 MiB left on the device, the host roomy) the parts that live
+    on the device are compared with the device's memory, and the message says so."""
+    X, y = _iris()
+    problem = build_problem(X, y, prior=bd.TreePrior(max_depth=12))
+    monkeypatch.setattr(_memory, "host_available_bytes", lambda: 2**40)
+    monkeypatch.setattr(_memory, "device_available_bytes", lambda devices: 32 * 2**20)
+    monkeypatch.delenv(_memory.ENV_VAR, raising=False)
+    with pytest.raises(ValueError, match=r"of accelerator memory available.*chain states"):
+        _memory.check_run(bd.CGM(), problem, RunOptions(num_samples=100, num_chains=64))
+    monkeypatch.setattr(_memory, "device_available_bytes", lambda devices: 2**40)
+    _memory.check_run(bd.CGM(), problem, RunOptions(num_samples=100, num_chains=64))

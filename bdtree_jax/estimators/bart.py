@@ -18,9 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
 from ..driver import check_rows, plan_chains, run_chains
-from ..methods._memory import check_bart
 from ..kernels import cgm
 from ..kernels.bart import LEAF_DTYPES, MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
+from ..methods._memory import check_bart
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
 from ._checks import _FeatureChecks
