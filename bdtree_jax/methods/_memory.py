@@ -50,8 +50,8 @@ ENV_VAR = "BDTREE_MEMORY_CHECK"
 XLA_FACTOR = 2.0
 #: What compiling a method's programs takes, measured with the same runs (the peak growth of a
 #: run whose counted arrays are a few MB: about 0.3 GB; WU, whose restructure move unrolls a
-#: program per heap level, grew 1.4 GB at depth 10 and 1.8 GB at depth 12 on iris with 0.12 GB
-#: counted).  Methods not listed: ``"*"``.
+#: program per heap level, grew 0.9, 1.4 and 1.8 GB at depths 6, 10 and 12 on iris with at most
+#: 0.12 GB counted).  Methods not listed: ``"*"``.
 COMPILE_BYTES = {"*": 512 * 2**20, "wu": 1792 * 2**20}
 
 
