@@ -32,6 +32,7 @@ import numpy as np
 from ._types import Array
 
 __all__ = [
+    "MAX_DEPTH",
     "Tree",
     "MixedTree",
     "make_tree",
@@ -120,6 +121,16 @@ def make_tree(is_split, feature, cut, nan_left=None, levels_left=None):
     if nan_left is None and levels_left is None:
         return Tree(is_split, feature, cut)
     return MixedTree(is_split, feature, cut, nan_left, levels_left)
+
+
+#: The deepest padded tree any sampler stores.  A tree of depth ``D`` is a heap of
+#: ``2**(D+1) - 1`` slots held in every chain's state, every particle and every kept draw, so its
+#: memory doubles with each level whatever the tree's actual size.  At 14 a slot's index still
+#: fits an int16 (32,767 slots; BART keeps its rows' leaves as int16 slots) and a tree holds up to
+#: 16,384 leaves, more than a prior with ``min_leaf_size`` rows per leaf can fill below 16,384
+#: rows; one kept draw is then about 100 kB.  Deeper than this the heap is mostly empty padding
+#: (depth 20: 2 million slots, 8 MB a draw; depth 30: 2 billion, 8 GB a draw).
+MAX_DEPTH = 14
 
 
 def n_nodes(max_depth: int) -> int:

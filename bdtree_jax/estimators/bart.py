@@ -20,6 +20,7 @@ from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
 from ..driver import check_rows, plan_chains, run_chains
 from ..kernels import cgm
 from ..kernels.bart import LEAF_DTYPES, MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
+from ..methods._memory import check_bart
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
 from ._checks import _FeatureChecks
@@ -106,6 +107,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                             leaf_dtype=self.leaf_dtype, general_rules=_general(problem))
         num_warmup, num_samples, thin = int(self.num_warmup), int(self.num_samples), int(self.thin)
         num_iterations = num_warmup + num_samples * thin
+        check_bart(config, problem, int(self.num_chains), num_warmup, num_samples, min(100, num_iterations),
+                   where=f"{type(self).__name__}: ")
         t0 = time.perf_counter()
         traces, _ = run_chains(
             bart(config), problem.data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),

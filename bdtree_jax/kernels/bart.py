@@ -80,7 +80,9 @@ from ..data import TreeData
 from ..likelihoods import BARTLeafNormal
 from ..priors import node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
 from ..problem.bart import BARTData, feature_bins
-from ..tree import leaf_nodes, n_nodes, tree_summaries
+# MAX_DEPTH: the deepest tree BART pads, as every sampler (the rows' leaves are kept as heap slots: uint8
+# up to depth 7, else int16)
+from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
 from . import bart_general, cgm, cgm_general, pg
 from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
@@ -99,8 +101,6 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
-#: Deepest tree BART pads (the rows' leaves are kept as heap slots: uint8 up to depth 7, else int16).
-MAX_DEPTH = 14
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 #: Trees whose grow proposals' rows the grow-prune sweep counts together (larger batches amortise
 #: XLA's per-operation cost at small n, smaller ones keep the (batch, n) masks in cache).

@@ -23,6 +23,7 @@ from ..driver import BLOCK_SIZE, CHAIN_METHODS, check_rows, plan_chains, run_cha
 from ..features import check_supported
 from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
+from ._memory import check_run
 
 __all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "with_tempering",
            "independent_stats"]
@@ -232,6 +233,7 @@ class Method:
             raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                              f"method={self.name!r} does not use it.")
         self.check(problem, where)
+        check_run(self, problem, options, len(tempering.betas), where)
         return options, tempering.betas
 
     def run(self, problem: TreeProblem, options: RunOptions | None = None, tempering: Tempering | None = None, *,

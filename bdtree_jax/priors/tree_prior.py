@@ -15,7 +15,7 @@ import numpy as np
 
 from .._types import Array
 from ..data import SPLIT_PRIORS, VALID_CUTS
-from ..tree import Tree, active_nodes, in_subtree, leaf_nodes, max_depth_of, node_depths
+from ..tree import MAX_DEPTH, Tree, active_nodes, in_subtree, leaf_nodes, max_depth_of, node_depths
 from .boxes import violates_boxes
 from .pinball import (
     PinballTables, check_cgm_structure, log_pinball_structure, pinball_log_shape_parts, pinball_log_size, split_mask,
@@ -64,6 +64,13 @@ class TreePrior:
     def __post_init__(self):
         if not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
             raise ValueError(f"max_depth must be an integer >= 1; got {self.max_depth!r}.")
+        if self.max_depth > MAX_DEPTH:
+            raise ValueError(
+                f"max_depth={self.max_depth} is over the cap of {MAX_DEPTH}: a tree is stored as a padded heap of "
+                f"2**(max_depth+1) - 1 slots ({2**(self.max_depth + 1) - 1:,} here, {2**(MAX_DEPTH + 1) - 1:,} at "
+                f"{MAX_DEPTH}) in every chain's state, particle and kept draw, so its memory doubles with each "
+                f"level; a tree of depth {MAX_DEPTH} already holds up to {2**MAX_DEPTH:,} leaves.  Lower max_depth "
+                f"to at most {MAX_DEPTH} (docs/memory.md).")
         if not 0.0 < float(self.alpha) < 1.0:
             raise ValueError(f"alpha must be in (0, 1); got {self.alpha!r}.")
         if float(self.beta) < 0.0:
