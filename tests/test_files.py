@@ -4,6 +4,7 @@ version, a checksum mismatch, a pickle) raises BdtreeFileError naming the file a
 interrupted checkpoint write leaves the previous checkpoint; every posterior class round-trips to
 identical predictions; old pickles load only behind allow_pickle=True."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -299,26 +300,35 @@ def test_an_old_pickled_posterior_loads_with_allow_pickle(hard, iris, tmp_path):
 # -- round trips -------------------------------------------------------------------------------------------
 
 
-def _same_fields(a, b):
-    """Every field of the posteriors ``a`` and ``b`` equal, arrays with their dtypes."""
-    assert type(a) is type(b)
-    for name in a.__dataclass_fields__:
-        x, y = getattr(a, name), getattr(b, name)
-        xs, ys = jax.tree.leaves(x), jax.tree.leaves(y)
-        assert jax.tree.structure(x) == jax.tree.structure(y), name
-        for u, v in zip(xs, ys):
-            if isinstance(u, np.ndarray):
-                assert u.dtype == v.dtype and u.shape == v.shape, name
-                assert u.tobytes() == v.tobytes() if u.dtype != object else list(u.flat) == list(v.flat), name
-            else:
-                assert type(u) is type(v) and (u == v or u != u), name
+def _same(x, y, where="posterior"):
+    """``x`` and ``y`` equal all the way down: the same types, arrays with their dtypes and bytes."""
+    assert type(x) is type(y), where
+    if dataclasses.is_dataclass(x):
+        for f in dataclasses.fields(x):
+            _same(getattr(x, f.name), getattr(y, f.name), f"{where}.{f.name}")
+    elif isinstance(x, dict):
+        assert list(x) == list(y), where
+        for k in x:
+            _same(x[k], y[k], f"{where}[{k!r}]")
+    elif isinstance(x, (list, tuple)):
+        assert len(x) == len(y), where
+        for i, (u, v) in enumerate(zip(x, y)):
+            _same(u, v, f"{where}[{i}]")
+    elif isinstance(x, (np.ndarray, np.generic)):
+        assert x.dtype == y.dtype and x.shape == y.shape, where
+        if x.dtype == object:
+            _same(list(x.flat), list(y.flat), where)
+        else:
+            assert x.tobytes() == y.tobytes(), where
+    else:
+        assert x == y or x != x and y != y, where
 
 
 def _round_trip(post, tmp_path):
     path = tmp_path / f"{type(post).__name__}.npz"
     post.save(path)
     back = type(post).load(path)
-    _same_fields(post, back)
+    _same(post, back)
     with zipfile.ZipFile(path) as z:  # nothing pickled: every entry loads without pickle
         assert all(n.endswith(".npy") for n in z.namelist())
     return back
@@ -332,6 +342,7 @@ def test_hard_posterior_round_trip(hard, iris, tmp_path):
     assert bd.Posterior.load(tmp_path / "Posterior.npz").predict(X).tolist() == hard.predict(X).tolist()
 
 
+@pytest.mark.slow
 def test_categorical_posterior_round_trip(tmp_path):
     X, y = bd.datasets.load("penguins")
     X, y = X.iloc[::4].reset_index(drop=True), np.asarray(y)[::4]
@@ -343,13 +354,17 @@ def test_categorical_posterior_round_trip(tmp_path):
     assert back.tree_text() == post.tree_text()
 
 
-def test_pcfg_and_smc_posteriors_round_trip(iris, tmp_path):
+def test_pcfg_posterior_round_trip(iris, tmp_path):
     X, y = iris
     pcfg = bd.sample(X, y, method="pcfg", prior=bd.TreePrior(max_depth=3), **RUN)
     back = _round_trip(pcfg, tmp_path)
     assert isinstance(bd.Posterior.load(tmp_path / "PCFGPosterior.npz"), PCFGPosterior)
     np.testing.assert_array_equal(back.predictive(X), pcfg.predictive(X))
     np.testing.assert_array_equal(back.predict_draws(X), pcfg.predict_draws(X))
+
+
+def test_smc_posterior_round_trip(iris, tmp_path):
+    X, y = iris
     smc = bd.sample(X, y, method="smc", prior=bd.TreePrior(max_depth=3), **RUN)
     back = _round_trip(smc, tmp_path)
     assert isinstance(back, SMCPosterior)
@@ -357,6 +372,7 @@ def test_pcfg_and_smc_posteriors_round_trip(iris, tmp_path):
     assert back.log_evidence == smc.log_evidence
 
 
+@pytest.mark.slow
 def test_soft_posterior_round_trip(iris, tmp_path):
     X, y = iris
     post = bd.sample(X.to_numpy(), y, method="hmc-df", prior=bd.TreePrior(max_depth=2), **RUN)
