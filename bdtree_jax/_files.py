@@ -291,7 +291,7 @@ def _header(path: str, z) -> dict:
         raise _Bad("its header is not a JSON document: the file was written by another program")
     try:
         header = json.loads(raw.tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise _Bad(f"its header is not valid JSON ({e}): the file is damaged") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise _Bad("its header is not a bdtree_jax header: the file was written by another program")
@@ -351,5 +351,5 @@ def _read(fh, head: bytes, path: str, kind: str):
         return _decode(content, arrays)
     except _Bad:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
         raise _Bad(f"its content is malformed ({type(e).__name__}: {e})") from None
