@@ -234,7 +234,10 @@ def _decode(spec, arrays: dict):
         if "as" in spec:
             import jax.numpy as jnp  # registers the ml_dtypes (bfloat16, ...) with numpy
 
-            a = a.view(jnp.dtype(spec["dtype"]))
+            dtype = jnp.dtype(spec["dtype"])
+            if dtype.kind == "O" or dtype.itemsize != a.dtype.itemsize:
+                raise _Bad(f"its array a{spec['i']} cannot be read as {spec['dtype']}")
+            a = a.view(dtype)
         elif a.dtype.name != spec["dtype"]:
             raise _Bad(f"its array a{spec['i']} has dtype {a.dtype.name}, not the recorded {spec['dtype']}")
         return a[()] if spec.get("scalar") else a
