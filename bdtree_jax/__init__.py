@@ -21,6 +21,7 @@ from .api import sample  # noqa: E402
 from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noqa: E402
 from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
+from ._files import BdtreeFileError, PickleFileWarning  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,11 +32,13 @@ __all__ = [
     "BARTRegressor",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
+    "BdtreeFileError",
     "CGM",
     "DirichletMultinomial",
     "NormalMeanShift",
     "PCFG",
     "PG",
+    "PickleFileWarning",
     "Posterior",
     "RJHMC",
     "RunOptions",

@@ -1,16 +1,26 @@
 """Checkpoints of :mod:`bdtree_jax.driver`'s runs: device pytrees to and from host numpy (PRNG
 keys as their raw key data), and the one reader and writer of a checkpoint file (a run's
-identity, how far it got, its results and the states to go on from; written to a temporary file
-and renamed, so an interrupted write leaves the previous checkpoint)."""
+identity, how far it got, its results and the states to go on from), in the library's file
+format (:mod:`bdtree_jax._files`: no code runs when it is read; written to a temporary file and
+renamed, so an interrupted write leaves the previous checkpoint)."""
 
 from __future__ import annotations
 
 import os
-import pickle
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._files import read_file, write_file
+
+
+class HostKey(NamedTuple):
+    """A typed PRNG key array on the host: its implementation's name and its raw key data."""
+
+    impl: str
+    data: np.ndarray
 
 
 def _host(x) -> np.ndarray:
@@ -23,36 +33,39 @@ def _host(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 def _to_host(tree):
-    """A pytree as picklable numpy (typed PRNG keys, e.g. NUTS's, as their raw key data)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    out = []
-    for leaf in leaves:
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            out.append(("prng_key", str(jax.random.key_impl(leaf)), _host(jax.random.key_data(leaf))))
-        else:
-            out.append(_host(leaf))
-    return treedef, out
+    """A pytree with numpy leaves (typed PRNG keys, e.g. NUTS's, as :class:`HostKey`)."""
+    return jax.tree.map(
+        lambda x: HostKey(str(jax.random.key_impl(x)), _host(jax.random.key_data(x))) if _is_key(x) else _host(x),
+        tree,
+    )
 
 
 def _from_host(saved, asarray=jnp.asarray):
     """The inverse of :func:`_to_host`; other leaves go through ``asarray`` (``np.asarray`` keeps
     them on the host with their dtype)."""
-    treedef, leaves = saved
-    restored = [
-        jax.random.wrap_key_data(jnp.asarray(x[2]), impl=x[1]) if isinstance(x, tuple) else asarray(x)
-        for x in leaves
-    ]
-    return jax.tree.unflatten(treedef, restored)
+    return jax.tree.map(
+        lambda x: jax.random.wrap_key_data(jnp.asarray(x.data), impl=x.impl) if isinstance(x, HostKey) else asarray(x),
+        saved,
+        is_leaf=lambda x: isinstance(x, HostKey),
+    )
+
+
+_REMEDY = "Delete it to start the run over (the CLI: --fresh)."
 
 
 def _read_checkpoint(path, ident) -> dict | None:
-    """The checkpoint at ``path`` if it exists and belongs to the run ``ident``, else None."""
+    """The checkpoint at ``path`` if it exists and belongs to the run ``ident``, else None; a
+    :class:`~bdtree_jax._files.BdtreeFileError` naming ``path`` when it is not a readable
+    checkpoint."""
     if path is None or not os.path.exists(path):
         return None
-    with open(path, "rb") as fh:
-        saved = pickle.load(fh)
-    return saved if saved.get("ident") == ident else None
+    saved = read_file(path, "checkpoint", remedy=_REMEDY)
+    return saved if isinstance(saved, dict) and saved.get("ident") == ident else None
 
 
 def _write_checkpoint(path, ident, start, chunks, states) -> None:
@@ -63,11 +76,4 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
     states = _to_host(states)
     if jax.process_index() != 0:
         return
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(
-            dict(ident=ident, start=start, chunks=chunks, states=states),
-            fh,
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
-    os.replace(tmp, path)
+    write_file(path, "checkpoint", dict(ident=ident, start=start, chunks=chunks, states=states))

@@ -25,6 +25,7 @@ from ..data import SplitGrid
 from ..problem.bart import BARTProblem
 from ..tree import Tree, leaf_index
 from . import streaming
+from ._io import Saveable
 from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
 __all__ = ["BARTClassifierPosterior", "BARTPosterior", "bart_posterior_from_traces", "sum_of_trees"]
@@ -64,7 +65,7 @@ def _noise(keys, start, n_rows: int, n_total: int):
 
 
 @dataclass(eq=False)
-class BARTPosterior:
+class BARTPosterior(Saveable):
     """Draws of a BART run (kept iterations only).
 
     Attributes

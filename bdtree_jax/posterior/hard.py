@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +14,9 @@ import numpy as np
 from ..data import SplitGrid
 from ..likelihoods import DirichletMultinomial
 from ..priors import TreePrior
-from ..tree import Tree, distinct_trees, make_tree, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
+from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes, over_draws, plot_tree, to_string, tree_text
 from . import streaming
+from ._io import Saveable
 from .streaming import draw_blocks, normal_rows, pad_rows, row_blocks
 
 __all__ = ["Posterior", "PCFGPosterior", "SMCPosterior", "posterior_from_traces"]
@@ -132,7 +132,7 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
 
 
 @dataclass(eq=False, kw_only=True)
-class _DrawSummaries:
+class _DrawSummaries(Saveable):
     """What every posterior of draws holds (the fields below, given by keyword) and offers once a
     subclass adds ``num_chains``, ``num_draws`` and the streamed evaluation of its draws:
     ``_inputs(X)``, ``_tables(sample, seed)`` and ``_rows(tables, inputs, start, stop, predictive)``
@@ -563,21 +563,6 @@ class Posterior(_DrawSummaries):
                 posterior["sigma"] = sigma.reshape(C, S)
             dims = {"y": ["obs"]}
         return make_inference_data(groups, dims=dims)
-
-    # -- persistence ---------------------------------------------------------------------------
-    def save(self, path) -> None:
-        """Pickle the posterior (numpy arrays and plain dataclasses only)."""
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-        state["trees"] = tuple(None if a is None else np.asarray(a) for a in self.trees)
-        with open(path, "wb") as fh:
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-
-    @classmethod
-    def load(cls, path) -> "Posterior":
-        with open(path, "rb") as fh:
-            state = pickle.load(fh)
-        state["trees"] = make_tree(*state["trees"])
-        return cls(**state)
 
 
 @dataclass(eq=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,18 +346,6 @@ class SoftTreePosterior(_DrawSummaries):
             groups["observed_data"] = {"y": np.asarray(self.train_y, np.float32)}
             dims = {"y": ["obs"]}
         return make_inference_data(groups, dims=dims)
-
-    # -- persistence -----------------------------------------------------------------------------
-    def save(self, path) -> None:
-        """Pickle the posterior (numpy arrays and plain dataclasses only)."""
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-        with open(path, "wb") as fh:
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-
-    @classmethod
-    def load(cls, path) -> "SoftTreePosterior":
-        with open(path, "rb") as fh:
-            return cls(**pickle.load(fh))
 
 
 _SOFT_STATS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move", "log_alpha", "step_size",
