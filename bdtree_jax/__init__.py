@@ -21,6 +21,7 @@ from .api import sample  # noqa: E402
 from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noqa: E402
 from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
+from .diagnostics import ConvergenceWarning  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ __all__ = [
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
     "CGM",
+    "ConvergenceWarning",
     "DirichletMultinomial",
     "NormalMeanShift",
     "PCFG",
