@@ -22,6 +22,7 @@ from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noq
 from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
 from ._files import BdtreeFileError, PickleFileWarning  # noqa: E402
+from .diagnostics import ConvergenceWarning  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "BayesianTreeRegressor",
     "BdtreeFileError",
     "CGM",
+    "ConvergenceWarning",
     "DirichletMultinomial",
     "NormalMeanShift",
     "PCFG",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+from .diagnostics import check_convergence
 from .methods import RunOptions, from_flat
 from .methods.flat import warn_deprecated
 from .priors import TreePrior
@@ -77,7 +78,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
         raise ValueError(where + str(e)) from None
     problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where,
                             categorical_features=categorical_features, missing=missing, **method.problem_options())
-    return method.run(problem, options, tempering, where=where)
+    return check_convergence(method.run(problem, options, tempering, where=where))
 
 
 class FlatOptions(NamedTuple):

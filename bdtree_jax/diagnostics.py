@@ -9,6 +9,9 @@ C&RT", §7): do independent runs (different seeds) agree on the probabilities of
 * :func:`accuracy_max_prob` — ``acc_max`` (predict the most probable class) and ``acc_prob``
   (predict at random with the posterior class probabilities);
 * :func:`swap_rates` — the acceptance rate of a tempered run's swaps between each pair of rungs;
+* :func:`convergence_diagnostics` / :func:`check_convergence` — R-hat and bulk ESS of the
+  log-likelihood and of the number of leaves, and the :class:`ConvergenceWarning` that every fit
+  issues when they look bad (``R-hat > 1.05`` or bulk ESS ``< 100``, as PyMC warns).
 
 Example
 -------
@@ -22,13 +25,19 @@ Example
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 __all__ = [
+    "ConvergenceWarning",
+    "ESS_MIN",
+    "RHAT_MAX",
     "accuracy_max_prob",
+    "check_convergence",
+    "convergence_diagnostics",
     "plot_agreement",
     "plot_probability_agreement",
     "positive_proba",
@@ -225,3 +234,113 @@ def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, n_temperatures:
     accepted = np.bincount(pair, weights=acc, minlength=R * R).reshape(R, R)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(proposed > 0, accepted / proposed, np.nan)
+
+
+# ----------------------------------------------------------------------------------------------
+# convergence of a run's chains
+
+#: R-hat above this warns (PyMC's threshold for its convergence warning).
+RHAT_MAX = 1.05
+#: Bulk ESS below this warns.
+ESS_MIN = 100
+
+# the per-draw scalars checked: (key of ``posterior.stats``, what the warning calls it); the
+# log-likelihood is ``log_lik`` for single trees and ``train_log_lik`` for BART, whose
+# ``n_leaves`` is the mean number of leaves over its trees
+_CHECKED = (("log_lik", "log-likelihood"), ("train_log_lik", "log-likelihood"), ("n_leaves", "number of leaves"))
+
+
+class ConvergenceWarning(UserWarning):
+    """Issued once after a fit (:func:`~bdtree_jax.sample`, an estimator's ``fit``) whose chains
+    show they have not converged or mixed: R-hat of the log-likelihood or of the number of leaves
+    above :data:`RHAT_MAX` (with at least 2 chains), or their bulk ESS below :data:`ESS_MIN`.
+
+    Silence it with the standard warnings filter:
+    ``warnings.filterwarnings("ignore", category=bdtree_jax.ConvergenceWarning)``.
+    """
+
+
+def convergence_diagnostics(posterior) -> dict[str, dict[str, float]]:
+    """R-hat and bulk ESS of the run's log-likelihood and number of leaves, by ArviZ
+    (``az.rhat``: rank-normalised split R-hat; ``az.ess``: bulk ESS; Vehtari et al. 2021).
+
+    Parameters
+    ----------
+    posterior : a posterior of draws (``bd.sample``'s, an estimator's ``posterior_``) whose
+        ``stats`` holds (C, S) arrays ``log_lik`` (BART: ``train_log_lik``) and ``n_leaves``.
+
+    Returns
+    -------
+    dict ``{name: {"rhat": float, "ess_bulk": float}}`` for ``name`` in the keys of
+    ``posterior.stats`` checked (``log_lik`` or ``train_log_lik``, ``n_leaves``); ``rhat`` is NaN
+    with one chain, both are NaN for a quantity that never changes or is not finite everywhere
+    (nothing to diagnose).  Exact posteriors (method "pcfg": independent draws, and its
+    predictions do not use them) give ``{}``.
+    """
+    import arviz as az
+
+    if getattr(posterior, "method", None) == "pcfg":
+        return {}
+    stats = getattr(posterior, "stats", None)
+    if not isinstance(stats, Mapping):
+        raise ValueError(f"posterior must be a posterior returned by bdtree_jax.sample or an estimator's fit; "
+                         f"got {type(posterior).__name__}.")
+    out = {}
+    for key, _ in _CHECKED:
+        if key not in stats:
+            continue
+        draws = np.asarray(stats[key], np.float64)
+        if draws.ndim != 2:
+            raise ValueError(f"posterior.stats[{key!r}] must be (chains, draws); got shape {draws.shape}.")
+        rhat = ess = float("nan")
+        if draws.shape[1] >= 4 and np.all(np.isfinite(draws)) and np.ptp(draws) > 0:
+            # a chain that never moves makes ArviZ divide by a zero variance (numpy warns; the
+            # answer, inf or NaN, is the right one); ArviZ 0.2x also warns on few draws
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                ess = float(np.asarray(az.ess(draws, method="bulk")))
+                if draws.shape[0] >= 2:
+                    rhat = float(np.asarray(az.rhat(draws, method="rank")))
+        out[key] = {"rhat": rhat, "ess_bulk": ess}
+    return out
+
+
+def _advice(posterior) -> str:
+    """What to try when the chains of ``posterior`` have not converged."""
+    method = getattr(posterior, "method", None)
+    if method == "smc":
+        return ("try more particles (bd.SMC(num_particles=...)) or more runs (num_chains); "
+                "each chain is an independent SMC run")
+    more = "more num_warmup and num_samples, more chains (num_chains)"
+    if method is None:  # BART
+        return f"try {more}, or another tree_sampler"
+    return (f"try {more}, tempering (tempering=bd.Tempering(n_temperatures=4)), or another method or "
+            "proposal (e.g. method=bd.CGM(proposal='cgm+regrow'))")
+
+
+def check_convergence(posterior, *, stacklevel: int = 2):
+    """Warn one :class:`ConvergenceWarning` if the run's chains have not converged.
+
+    Every fit calls it: a quantity of :func:`convergence_diagnostics` whose R-hat exceeds
+    :data:`RHAT_MAX` (2 chains or more) or whose bulk ESS is below :data:`ESS_MIN` is named in the
+    warning with its value, followed by what to try.  ``stacklevel`` counts frames from the
+    caller as :func:`warnings.warn` does: 1 names the line that calls ``check_convergence``, 2
+    (the default) the line that called that function (the user's ``bd.sample(...)``).
+
+    Returns
+    -------
+    posterior, unchanged (a fit ends with ``return check_convergence(posterior)``).
+    """
+    names = dict(_CHECKED)
+    problems, shape = [], None
+    for key, d in convergence_diagnostics(posterior).items():
+        shape = np.shape(posterior.stats[key])
+        if d["rhat"] > RHAT_MAX:  # NaN (one chain) compares False
+            problems.append(f"R-hat of the {names[key]} ({key}) is {d['rhat']:.3f} > {RHAT_MAX}")
+        if d["ess_bulk"] < ESS_MIN:
+            problems.append(f"bulk ESS of the {names[key]} ({key}) is {d['ess_bulk']:.0f} < {ESS_MIN}")
+    if problems:
+        warnings.warn(f"the chains ({shape[0]} x {shape[1]} draws) may not have converged: " + "; ".join(problems) + "; "
+                      + _advice(posterior) + ". Silence with warnings.filterwarnings('ignore', "
+                      "category=bdtree_jax.ConvergenceWarning).", ConvergenceWarning, stacklevel=stacklevel + 1)
+    return posterior

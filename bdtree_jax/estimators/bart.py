@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
+from ..diagnostics import check_convergence
 from ..driver import check_rows, plan_chains, run_chains
 from ..kernels import cgm
 from ..kernels.bart import LEAF_DTYPES, MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
@@ -122,7 +123,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                     seconds_per_sweep=seconds / num_iterations)
         if thin != 1 or plan.data_shards != 1:
             info.update(thin=thin, data_shards=plan.data_shards)
-        self.posterior_ = bart_posterior_from_traces(traces, problem, config, num_warmup, info)
+        self.posterior_ = check_convergence(bart_posterior_from_traces(traces, problem, config, num_warmup, info),
+                                            stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
 

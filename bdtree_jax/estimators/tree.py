@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..api import PRIOR_OPTIONS
+from ..diagnostics import check_convergence
 from ..methods import Method, RunOptions, from_flat, method_from_name
 from ..methods.flat import TEMPERING_OPTIONS, method_options, warn_deprecated
 from ..priors import TreePrior
@@ -88,7 +89,7 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
                                 likelihood={k: getattr(self, k) for k in self._leaf_options},
                                 categorical_features=self.categorical_features, missing=self.missing)
         tempering = self.tempering if flat_tempering is None else flat_tempering
-        self.posterior_ = method.run(problem, options, tempering, where=where)
+        self.posterior_ = check_convergence(method.run(problem, options, tempering, where=where), stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
 
