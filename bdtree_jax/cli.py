@@ -29,11 +29,11 @@ A config is a YAML mapping (an unknown key is an error naming the closest known 
                               # null, or a list of column names or indices); missing: mia
                               # (route missing cells; the default) or error
                               # (docs/categorical-missing.md; method cgm only, for now)
-    output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.pkl, plots and
-                              # checkpoint.pkl (written as the run goes)
+    output: runs/iris_cgm     # folder for metrics.json, posterior.nc, posterior.npz, plots and
+                              # checkpoint.npz (written as the run goes)
 
-Resuming: a rerun of an interrupted config resumes from ``checkpoint.pkl`` and gives the identical
-chains; it says so on stderr (``bdtree: resuming from checkpoint runs/iris_cgm/checkpoint.pkl at
+Resuming: a rerun of an interrupted config resumes from ``checkpoint.npz`` and gives the identical
+chains; it says so on stderr (``bdtree: resuming from checkpoint runs/iris_cgm/checkpoint.npz at
 iteration 2000 of 5000 (10 chains); --fresh starts over``) and ``metrics.json`` records it as
 ``resumed_from`` (its ``seconds`` then count only the rest of the run).  A checkpoint of another
 run (other options, data or seed) is started over and overwritten, also said on stderr.
@@ -53,7 +53,7 @@ Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chain
 kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
 draw's own prediction scored and averaged, the RJHMC paper's metric; for ``pcfg`` also the exact
 posterior predictive's and the MAP tree's scores, boxes and log evidence), the ArviZ file
-``posterior.nc``, the pickled :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
+``posterior.nc``, the saved :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
 likelihood and leaves) and ``map_tree.png``.
 """
 
@@ -86,7 +86,7 @@ _DATA_KEYS = {"categorical_features", "missing"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS | _RUN_KEYS
 #: The checkpoint's file name in the output folder.
-_CHECKPOINT = "checkpoint.pkl"
+_CHECKPOINT = "checkpoint.npz"
 #: Defaults of the run keys that are not :func:`~bdtree_jax.sample`'s arguments.
 _RUN_DEFAULTS = {"name": "the file's name", "dataset": "(required)", "split": "paper", "task": "from the dataset",
                  "method": inspect.signature(sample).parameters["method"].default, "output": "runs/NAME",
@@ -481,7 +481,7 @@ def run_config(config: dict, *, progress: bool | None = None, fresh: bool = Fals
 
     with open(out / "metrics.json", "w") as fh:
         json.dump(metrics, fh, indent=2, default=str)
-    post.save(out / "posterior.pkl")
+    post.save(out / "posterior.npz")
     idata = post.to_arviz(pointwise=task == "classification" or len(y_train) * C * S < 5e7)
     idata.to_netcdf(str(out / "posterior.nc"))
     _plots(post, out)
@@ -592,7 +592,7 @@ def main(argv=None) -> int:
             score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
             print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"],
                                   seconds=round(metrics["seconds"], 1), **score)))
-            print(f"wrote {out}/: metrics.json posterior.nc posterior.pkl trace.png map_tree.png {_CHECKPOINT} "
+            print(f"wrote {out}/: metrics.json posterior.nc posterior.npz trace.png map_tree.png {_CHECKPOINT} "
                   "(a rerun resumes from the checkpoint; --fresh starts over)")
     except (ValueError, OSError) as err:
         print(f"bdtree: error: {err}", file=sys.stderr)

@@ -22,7 +22,7 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["n_test"] == 45 and metrics["test_accuracy_pooled"] > 0.85
     assert len(metrics["test_accuracy_per_chain"]) == 2
-    for name in ("posterior.nc", "posterior.pkl", "trace.png", "map_tree.png"):
+    for name in ("posterior.nc", "posterior.npz", "trace.png", "map_tree.png"):
         assert (tmp_path / name).stat().st_size > 0
     import arviz as az
 
@@ -42,7 +42,7 @@ def test_run_a_bundled_config_by_name_without_warnings(tmp_path, monkeypatch, ca
     assert metrics["name"] == "quickstart" and metrics["num_draws_per_chain"] == 20
     assert metrics["resumed_from"] is None
     out, err = capsys.readouterr()
-    assert "wrote runs/quickstart/" in out and "checkpoint.pkl" in out.splitlines()[-1]
+    assert "wrote runs/quickstart/" in out and "checkpoint.npz" in out.splitlines()[-1]
     assert err == ""
     assert load_config("quickstart.yaml") == load_config(os.path.join(CONFIGS, "quickstart.yaml"))
 
@@ -190,7 +190,7 @@ def _tiny(tmp_path):
 
 
 def test_resuming_says_so_and_fresh_starts_over(tmp_path, monkeypatch, capsys):
-    checkpoint = tmp_path / "out" / "checkpoint.pkl"
+    checkpoint = tmp_path / "out" / "checkpoint.npz"
     write = driver._write_checkpoint
 
     def write_then_interrupt(*args, **kwargs):  # Ctrl-C right after the first checkpoint
@@ -200,14 +200,14 @@ def test_resuming_says_so_and_fresh_starts_over(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(driver, "_write_checkpoint", write_then_interrupt)
     assert main(_tiny(tmp_path)) == 130
     out, err = capsys.readouterr()
-    assert err == f"bdtree: interrupted; rerun the same command to resume from {tmp_path / 'out'}/checkpoint.pkl\n"
+    assert err == f"bdtree: interrupted; rerun the same command to resume from {tmp_path / 'out'}/checkpoint.npz\n"
     monkeypatch.setattr(driver, "_write_checkpoint", write)
 
     assert main(_tiny(tmp_path)) == 0
     out, err = capsys.readouterr()
     assert err == (f"bdtree: resuming from checkpoint {checkpoint} at iteration 10 of 40 (1 chains); "
                    "--fresh starts over\n")
-    assert "checkpoint.pkl (a rerun resumes from the checkpoint; --fresh starts over)" in out.splitlines()[-1]
+    assert "checkpoint.npz (a rerun resumes from the checkpoint; --fresh starts over)" in out.splitlines()[-1]
     resumed = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert resumed["resumed_from"] == dict(checkpoint=str(checkpoint), done=10, total=40, unit="iteration",
                                            num_chains=1)
