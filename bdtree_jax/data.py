@@ -431,6 +431,8 @@ def check_classification_y(y, n: int, *, name: str = "y", estimator: str = ""):
     """
     where = f"{estimator}: " if estimator else ""
     y = _as_1d(y, name, where, n)
+    if y.dtype.kind == "c":
+        raise ValueError(f"{where}Complex data not supported in {name}.")
     if pd.isna(y).any():
         raise ValueError(f"{where}{name} contains missing values (NaN/None).")
     if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
@@ -453,10 +455,13 @@ def check_regression_y(y, n: int, *, name: str = "y", estimator: str = "") -> np
     """Validate a real response; returns (n,) float64.  Raises ``ValueError`` on NaN/inf."""
     where = f"{estimator}: " if estimator else ""
     y = _as_1d(y, name, where, n)
+    if y.dtype.kind in "cmM":  # complex, timedelta, datetime: astype(float) would drop or reinterpret them
+        raise ValueError(f"{where}{name} must be real numbers for regression; got dtype {y.dtype}.")
     try:
         y = y.astype(float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}{name} must be numeric for regression; got dtype {y.dtype}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where}{name} must be numeric for regression (real numbers within the float range); "
+                         f"got dtype {y.dtype}.") from None
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{where}{name} contains NaN or infinite values.")
     return y
