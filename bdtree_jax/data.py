@@ -408,7 +408,11 @@ def _as_1d(y, name: str, where: str, n: int) -> np.ndarray:
         raise ValueError(f"{where}requires y to be passed, but the target y is None.")
     if isinstance(y, (pd.Series, pd.DataFrame)):
         y = y.to_numpy()
-    y = np.asarray(y)
+    try:
+        y = np.asarray(y)
+    except ValueError:  # nested sequences of different lengths
+        raise ValueError(f"{where}{name} must be 1-D of shape (n_samples,); it has nested sequences of different "
+                         "lengths.") from None
     if y.ndim == 2 and y.shape[1] == 1:
         warnings.warn(
             f"A column-vector {name} was passed when a 1d array was expected. Please change the shape "

@@ -135,7 +135,11 @@ def _columns(X, name: str, where: str):
         if complex_columns:
             raise ValueError(f"{where}Complex data not supported in {name} (columns {complex_columns}).")
         return X.shape[0], [str(c) for c in X.columns], [X.iloc[:, f] for f in range(X.shape[1])], X, None
-    arr = np.asarray(X)
+    try:
+        arr = np.asarray(X)
+    except ValueError:  # rows of different lengths
+        raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); its rows have different "
+                         "lengths.") from None
     if arr.dtype.kind == "c":
         raise ValueError(f"{where}Complex data not supported in {name}.")
     if arr.ndim == 1:

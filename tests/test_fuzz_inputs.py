@@ -35,6 +35,7 @@ TIME_LIMIT = 20
 #: The event JAX records once per backend compilation.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 N = 12  # rows of the valid base call
+TREE_PRIOR_OPTIONS = ("max_depth", "alpha", "beta", "min_leaf_size", "split_prior", "valid_cuts", "structure")
 SINGLE_TREE_METHODS = ("cgm", "hmc-df", "hmc-dfi", "pcfg", "smc", "pg", "wu")
 TARGETS = ("sample-classification", "sample-regression", "BayesianTreeClassifier", "BayesianTreeRegressor",
            "BARTRegressor", "BARTClassifier")
@@ -113,6 +114,7 @@ def _data_mutations():
         ("y 2-D two columns", False, yv(lambda r, y: np.stack([y, y], 1))),
         ("y 2-D column", True, yv(lambda r, y: y[:, None])),
         ("y scalar", False, yv(lambda r, y: y[0])),
+        ("y ragged list", False, yv(lambda r, y: [[v] * (1 + i % 2) for i, v in enumerate(y)])),
         ("y None", False, yv(lambda r, y: None)),
         ("y empty", False, yv(lambda r, y: y[:0])),
         # dtypes
@@ -181,6 +183,15 @@ def _data_mutations():
     ]
 
 
+def _prior_option(apply):
+    """``apply`` of a tree-prior option for ``bd.sample``: the option goes to ``bd.TreePrior``."""
+    def to_prior(rng, X, y, o, t):
+        X, y, new = apply(rng, X, y, o, t)
+        moved = {k: new.pop(k) for k in list(new) if k in TREE_PRIOR_OPTIONS}
+        return X, y, {**new, "prior_options": {**new.get("prior_options", {}), **moved}}
+    return to_prior
+
+
 def _option_mutations():
     bad = lambda name, *values: [(f"{name}={v!r}", False, _set(**{name: v})) for v in values]  # noqa: E731
     ok = lambda name, *values: [(f"{name}={v!r}", True, _set(**{name: v})) for v in values]  # noqa: E731
@@ -218,7 +229,8 @@ def _option_mutations():
             + bad("valid_cuts", "nope", None))
     reg_leaf = bad("nu", -1, 0, "1", np.nan) + bad("lam", -1, "1", np.inf) + bad("a", 0, -2, "x")
     per_target = {
-        "sample": run + tree + bad("method", "nope", 3, "", "CGM") + bad("task", "nope", None, 1)
+        "sample": run + [(label, ok, _prior_option(fn)) for label, ok, fn in tree]
+        + bad("method", "nope", 3, "", "CGM") + bad("task", "nope", None, 1)
         + bad("prior", "TreePrior", {"max_depth": 3}) + bad("likelihood", "dirichlet", 3)
         + bad("bogus_keyword", 1) + [("prior max_depth=\"3\"", False, _set(prior_options={"max_depth": "3"})),
                                      ("prior alpha=2", False, _set(prior_options={"alpha": 2})),
@@ -227,7 +239,7 @@ def _option_mutations():
                                      {"concentration": np.nan}),
         "sample-regression": bad("likelihood", {"nu": -1}, {"lam": "1"}, {"concentration": 1.0}, {"a": np.inf}),
         "BayesianTree": run + tree + bad("method", "nope", 3, "") + bad("bogus_keyword", 1),
-        "BayesianTreeClassifier": bad("concentration", 0, -1, "1", np.nan, None),
+        "BayesianTreeClassifier": bad("concentration", 0, -1, "1", np.nan) + ok("concentration", None),
         "BayesianTreeRegressor": reg_leaf,
         "BART": run + bart + [m for m in bad("bogus_keyword", 1)],
         "BARTRegressor": reg_leaf[:4] + bad("q", 0, 1, 1.5, "0.9"),
@@ -236,6 +248,8 @@ def _option_mutations():
     return per_target
 
 
+#: Mutations that are valid for some methods: max_depth=None is PCFG's (deprecated) unbounded.
+VALID_FOR = {"max_depth=None": ("pcfg",)}
 DATA_MUTATIONS = _data_mutations()
 OPTION_MUTATIONS = _option_mutations()
 
@@ -258,6 +272,7 @@ def _option_pool(target):
     return [m for key, muts in OPTION_MUTATIONS.items() if target.startswith(key) for m in muts]
 
 
+
 def make_cases(n_cases: int, seed: int) -> list[Case]:
     """``n_cases`` malformed calls (deterministic for a seed): the target, a method for the
     single-tree targets, and one or two mutations (a data one or an option one each)."""
@@ -272,6 +287,8 @@ def make_cases(n_cases: int, seed: int) -> list[Case]:
             # a second data mutation could undo the first: a second mutation is an option's
             pool = DATA_MUTATIONS if rng.random() < 0.5 and not second else _option_pool(target)
             label, ok, apply = pool[rng.integers(len(pool))]
+            if any(label.partition("=")[0] == done.partition("=")[0] for done in labels):
+                continue  # the same option twice: the second would undo the first
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # casts of NaN and overflows are the point
@@ -282,7 +299,7 @@ def make_cases(n_cases: int, seed: int) -> list[Case]:
                 continue
             X, y, options = new
             labels.append(label)
-            may_pass &= ok
+            may_pass &= ok or method in VALID_FOR.get(label, ())
         if labels:
             cases.append(Case(target, method, X, y, options, may_pass, " + ".join(labels)))
     return cases
@@ -300,7 +317,8 @@ def _call(case: Case) -> Callable[[], object]:
             if prior_options is not None and "prior" not in options:
                 options["prior"] = bd.TreePrior(**prior_options)
             options.setdefault("method", case.method)
-            return bd.sample(case.X, case.y, task=case.target.partition("-")[2], **options)
+            options.setdefault("task", case.target.partition("-")[2])
+            return bd.sample(case.X, case.y, **options)
         cls = getattr(bd, case.target)
         if case.target.startswith("BayesianTree"):
             options.setdefault("method", case.method)
@@ -350,7 +368,8 @@ def run_case(case: Case, compiles: _Compiles, *, to_the_end: bool = False, call=
              limit: int = TIME_LIMIT) -> str | None:
     """None when ``case`` behaves (a ValueError/TypeError before any compilation, or a valid
     case accepted), else what went wrong; ``call`` replaces the case's call (to test the check)."""
-    jax.clear_caches()  # so that a program compiled by an earlier case is compiled (and seen) again
+    if not to_the_end:  # a run to the end reuses the programs the earlier ones compiled
+        jax.clear_caches()  # so that a program compiled by an earlier case is compiled (and seen) again
     compiles.names.clear()
     compiles.stop = not to_the_end
     t0 = time.perf_counter()
@@ -423,3 +442,23 @@ def test_fuzz_malformed_inputs(compiles):
     """240 seeded malformed calls: each a ValueError/TypeError before compiling (or accepted)."""
     failures = _failures(make_cases(240, seed=28), compiles)
     assert not failures, f"{len(failures)} of 240 cases misbehaved:\n" + "\n".join(failures)
+
+
+@pytest.mark.slow
+def test_fuzz_malformed_inputs_sweep(compiles):
+    """The larger sweep: 2,000 more cases of other seeds."""
+    cases = [c for seed in range(1, 9) for c in make_cases(250, seed=seed)]
+    failures = _failures(cases, compiles)
+    assert not failures, f"{len(failures)} of {len(cases)} cases misbehaved:\n" + "\n".join(failures)
+
+
+@pytest.mark.slow
+def test_fuzz_accepted_inputs_run_to_the_end(compiles):
+    """Every kind of accepted case (a mutation that may be valid) samples to the end or is refused
+    before compiling: no crash once sampling has started."""
+    kinds = {}
+    for case in make_cases(2000, seed=7):
+        if case.may_pass and len(kinds) < 40:  # about 10 minutes: most compile their sampler
+            kinds.setdefault((case.label, case.target.split("-")[0], case.method), case)
+    failures = _failures(list(kinds.values()), compiles, to_the_end=True, limit=300)
+    assert not failures, f"{len(failures)} of {len(kinds)} cases misbehaved:\n" + "\n".join(failures)

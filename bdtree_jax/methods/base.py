@@ -241,6 +241,8 @@ class Method:
                 raise ValueError(f"{where}{name} applies to the MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                                  f"method={self.name!r} draws independent runs; leave {name}=1.")
         tempering = Tempering() if tempering is None else tempering
+        if not isinstance(tempering, Tempering):
+            raise ValueError(f"{where}tempering must be a bd.Tempering or None; got {tempering!r}.")
         if tempering.n_temperatures > 1 and not self.tempers:
             raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                              f"method={self.name!r} does not use it.")
