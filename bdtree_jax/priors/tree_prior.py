@@ -68,7 +68,7 @@ class TreePrior:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
                     np.isfinite(v) and ok(float(v))):
-                raise ValueError(f"{name} must be a finite number {what}; got {v!r}.")
+                raise ValueError(f"{name} must be {what}, a finite number; got {v!r}.")
         if isinstance(self.min_leaf_size, bool) or not isinstance(self.min_leaf_size, (int, np.integer)) or \
                 self.min_leaf_size < 1:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
