@@ -408,7 +408,11 @@ def _as_1d(y, name: str, where: str, n: int) -> np.ndarray:
         raise ValueError(f"{where}requires y to be passed, but the target y is None.")
     if isinstance(y, (pd.Series, pd.DataFrame)):
         y = y.to_numpy()
-    y = np.asarray(y)
+    try:
+        y = np.asarray(y)
+    except ValueError:  # nested sequences of different lengths
+        raise ValueError(f"{where}{name} must be 1-D of shape (n_samples,); it has nested sequences of different "
+                         "lengths.") from None
     if y.ndim == 2 and y.shape[1] == 1:
         warnings.warn(
             f"A column-vector {name} was passed when a 1d array was expected. Please change the shape "
@@ -431,6 +435,8 @@ def check_classification_y(y, n: int, *, name: str = "y", estimator: str = ""):
     """
     where = f"{estimator}: " if estimator else ""
     y = _as_1d(y, name, where, n)
+    if y.dtype.kind == "c":
+        raise ValueError(f"{where}Complex data not supported in {name}.")
     if pd.isna(y).any():
         raise ValueError(f"{where}{name} contains missing values (NaN/None).")
     if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
@@ -453,10 +459,13 @@ def check_regression_y(y, n: int, *, name: str = "y", estimator: str = "") -> np
     """Validate a real response; returns (n,) float64.  Raises ``ValueError`` on NaN/inf."""
     where = f"{estimator}: " if estimator else ""
     y = _as_1d(y, name, where, n)
+    if y.dtype.kind in "cmM":  # complex, timedelta, datetime: astype(float) would drop or reinterpret them
+        raise ValueError(f"{where}{name} must be real numbers for regression; got dtype {y.dtype}.")
     try:
         y = y.astype(float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}{name} must be numeric for regression; got dtype {y.dtype}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where}{name} must be numeric for regression (real numbers within the float range); "
+                         f"got dtype {y.dtype}.") from None
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{where}{name} contains NaN or infinite values.")
     return y

@@ -131,8 +131,15 @@ def _columns(X, name: str, where: str):
     if sp.issparse(X):
         raise ValueError(f"{where}sparse data was passed for {name}, but dense data is required; use X.toarray().")
     if isinstance(X, pd.DataFrame):
+        complex_columns = [str(c) for c, d in zip(X.columns, X.dtypes) if getattr(d, "kind", "") == "c"]
+        if complex_columns:
+            raise ValueError(f"{where}Complex data not supported in {name} (columns {complex_columns}).")
         return X.shape[0], [str(c) for c in X.columns], [X.iloc[:, f] for f in range(X.shape[1])], X, None
-    arr = np.asarray(X)
+    try:
+        arr = np.asarray(X)
+    except ValueError:  # rows of different lengths
+        raise ValueError(f"{where}{name} must be 2-D of shape (n_samples, n_features); its rows have different "
+                         "lengths.") from None
     if arr.dtype.kind == "c":
         raise ValueError(f"{where}Complex data not supported in {name}.")
     if arr.ndim == 1:
@@ -201,7 +208,7 @@ def _ordered(col, label: str, name: str, where: str) -> np.ndarray:
         return col
     try:
         return np.asarray(pd.Series(col, dtype=object).to_numpy(dtype=float, na_value=np.nan))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise NonNumericInputError(
             f"{where}{name} must be numeric; got an array of dtype {col.dtype} with values that are not numbers "
             f"in column {label} ({exc}). Declare its categorical columns with categorical_features=[...].") from None

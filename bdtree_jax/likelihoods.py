@@ -62,7 +62,7 @@ class DirichletMultinomial:
         counts = np.arange(n_rows + 1, dtype=np.float64)
         a, k = float(self.concentration), self.n_classes
         tables = np.stack([scipy_gammaln(counts + a), scipy_gammaln(counts + k * a)]).astype(np.float32)
-        return DirichletMultinomial(self.n_classes, self.concentration, jnp.asarray(tables))
+        return DirichletMultinomial(self.n_classes, self.concentration, jax.device_put(tables))  # no compile
 
     def point_stats(self, codes: np.ndarray) -> np.ndarray:
         """One-hot rows (n, K) of class codes in ``0..K-1``."""

@@ -22,6 +22,7 @@ from ..driver import check_rows, plan_chains, run_chains
 from ..kernels import cgm
 from ..kernels.bart import LEAF_DTYPES, MAX_DEPTH, TREE_SAMPLERS, BARTConfig, bart
 from ..methods._memory import check_bart
+from ..methods.base import check_checkpoint, check_seed
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
 from ._checks import _FeatureChecks
@@ -55,8 +56,11 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
             v = getattr(self, attr)
             if not _is_int(v) or v < low:
                 raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
-        if not _is_int(self.seed):
-            raise ValueError(f"{name}: seed must be an integer; got {self.seed!r}.")
+        try:
+            check_seed(self.seed)
+            check_checkpoint(self.checkpoint)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
         if self.max_depth > MAX_DEPTH:
             raise ValueError(f"{name}: max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
         if self.leaf_dtype not in LEAF_DTYPES:

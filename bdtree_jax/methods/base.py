@@ -25,14 +25,27 @@ from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
 from ._memory import check_run
 
-__all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "with_tempering",
-           "independent_stats"]
+__all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "check_seed",
+           "check_checkpoint", "with_tempering", "independent_stats"]
 
 
 def check_integer(name: str, value, low: int) -> None:
     """``value`` is an integer (not a bool) >= ``low``, else a ``ValueError`` naming ``name``."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+
+
+def check_seed(seed) -> None:
+    """``seed`` is an integer (not a bool) that ``jax.random.key`` takes (a signed 64-bit
+    integer), else a ``ValueError``."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not -2**63 <= int(seed) < 2**63:
+        raise ValueError(f"seed must be an integer in [-2**63, 2**63); got {seed!r}.")
+
+
+def check_checkpoint(checkpoint) -> None:
+    """``checkpoint`` is None or a file path (str or os.PathLike), else a ``ValueError``."""
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ValueError(f"checkpoint must be None or a file path (str or os.PathLike); got {checkpoint!r}.")
 
 
 @dataclass(frozen=True)
@@ -98,8 +111,8 @@ class RunOptions:
             check_integer(name, getattr(self, name), low)
         if self.block_size is not None:
             check_integer("block_size", self.block_size, 1)
-        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an integer; got {self.seed!r}.")
+        check_seed(self.seed)
+        check_checkpoint(self.checkpoint)
         if self.chain_method is not None and self.chain_method not in CHAIN_METHODS:
             raise ValueError(f"chain_method must be one of {CHAIN_METHODS} or None; got {self.chain_method!r}.")
         if self.devices is not None:
@@ -229,6 +242,8 @@ class Method:
                 raise ValueError(f"{where}{name} applies to the MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                                  f"method={self.name!r} draws independent runs; leave {name}=1.")
         tempering = Tempering() if tempering is None else tempering
+        if not isinstance(tempering, Tempering):
+            raise ValueError(f"{where}tempering must be a bd.Tempering or None; got {tempering!r}.")
         if tempering.n_temperatures > 1 and not self.tempers:
             raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                              f"method={self.name!r} does not use it.")

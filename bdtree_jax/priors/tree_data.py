@@ -5,13 +5,19 @@ layouts its valid cuts need (sorted bins, bin histograms, row bitsets)."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..data import MAX_BITSET_BINS, MAX_HISTOGRAM_BINS, SplitGrid, TreeData, cut_cumwidth
 from .tree_prior import pinball_tables, split_probability
 
-__all__ = ["make_tree_data"]
+__all__ = ["make_tree_data", "to_device"]
+
+
+def to_device(x, dtype=None) -> jax.Array:
+    """Host data ``x`` as a device array of ``dtype`` (default: its own), by a transfer alone:
+    ``jnp.asarray`` compiles a small program per shape and dtype, and a problem is built (and
+    its options checked) before anything compiles."""
+    return jax.device_put(np.asarray(x, dtype))
 
 
 def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray | None = None,
@@ -45,19 +51,19 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
     sorted_bins = order = None
     if row_orders:
         order = np.argsort(bins, axis=0, kind="stable").T.astype(np.int32)
-        sorted_bins = jnp.asarray(np.take_along_axis(bins.T, order, axis=1))
-        order = jnp.asarray(order)
+        sorted_bins = to_device(np.take_along_axis(bins.T, order, axis=1))
+        order = to_device(order)
     level_masks, missing_code = _general_fields(grid)
     general = level_masks is not None or missing_code is not None
     return TreeData(
-        jnp.asarray(bins),
-        jnp.asarray(point_stats, jnp.float32),
+        to_device(bins),
+        to_device(point_stats, np.float32),
         sorted_bins,
         order,
         _split_prob(prior),
         likelihood.prepare(bins.shape[0]),
-        jnp.asarray(cumwidth),
-        None if box_side is None or len(box_side) == 0 else jnp.asarray(box_side, jnp.int8),
+        to_device(cumwidth),
+        None if box_side is None or len(box_side) == 0 else to_device(box_side, np.int8),
         _bin_onehot(bins) if prior.min_leaf_size > 1 and getattr(prior, "valid_cuts", "data") == "data" and not general
         else None,
         _cut_count(bins, grid) if getattr(prior, "valid_cuts", "data") == "ancestors" else None,
@@ -65,7 +71,7 @@ def make_tree_data(bins: np.ndarray, y, prior, likelihood, box_side: np.ndarray 
         else None,
         level_masks,
         missing_code,
-        None if box_levels is None or box_side is None or len(box_side) == 0 else jnp.asarray(box_levels, jnp.uint32),
+        None if box_levels is None or box_side is None or len(box_side) == 0 else to_device(box_levels, np.uint32),
     )
 
 
@@ -79,24 +85,24 @@ def _general_fields(grid: SplitGrid | None):
         words = -(-int(count.max()) // 32)
         bits = np.arange(32 * words)[None, :] < count[:, None]  # (F, 32 W)
         masks = (bits.reshape(len(count), words, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(-1)
-        masks = jnp.asarray(masks.astype(np.uint32))
+        masks = to_device(masks, np.uint32)
     code = None if grid is None else getattr(grid, "missing_code", None)
-    return masks, (None if code is None else jnp.int32(code))
+    return masks, (None if code is None else to_device(code, np.int32))
 
 
 def _cut_count(bins: np.ndarray, grid: SplitGrid | None):
     """(F,) int32 candidate cuts per feature: the grid's, or (without a grid) the largest bin code,
     which counts the cuts below the feature's largest value."""
     count = grid.n_cuts if grid is not None else np.asarray(bins).max(axis=0, initial=0)
-    return jnp.asarray(np.asarray(count), jnp.int32)
+    return to_device(count, np.int32)
 
 
 def _split_prob(prior):
     """The prior's numbers for :attr:`~bdtree_jax.data.TreeData.split_prob` (CGM98 split probabilities or the
     pinball tables), as device arrays."""
     if getattr(prior, "structure", "cgm") == "pinball":
-        return jax.tree.map(jnp.asarray, pinball_tables(prior))
-    return jnp.asarray(split_probability(prior))
+        return jax.tree.map(to_device, pinball_tables(prior))
+    return to_device(split_probability(prior))
 
 
 def _bin_onehot(bins: np.ndarray):
@@ -105,7 +111,7 @@ def _bin_onehot(bins: np.ndarray):
     n_bins = int(bins.max(initial=0)) + 1
     if n_bins > MAX_HISTOGRAM_BINS:
         return None
-    return jnp.asarray(bins[:, :, None] == np.arange(n_bins), jnp.int32)
+    return to_device(bins[:, :, None] == np.arange(n_bins), np.int32)
 
 
 def _bin_bits(bins: np.ndarray):
@@ -121,4 +127,4 @@ def _bin_bits(bins: np.ndarray):
     out = np.zeros((words, n_features, n_bins), np.uint32)
     bit = np.left_shift(np.uint32(1), (row // words).astype(np.uint32))
     np.bitwise_or.at(out, ((row % words)[:, None], np.arange(n_features)[None, :], bins), bit[:, None])
-    return jnp.asarray(out)
+    return to_device(out)

@@ -62,7 +62,7 @@ class TreePrior:
     valid_cuts: str = "data"
 
     def __post_init__(self):
-        if not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
+        if isinstance(self.max_depth, bool) or not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
             raise ValueError(f"max_depth must be an integer >= 1; got {self.max_depth!r}.")
         if self.max_depth > MAX_DEPTH:
             raise ValueError(
@@ -71,11 +71,13 @@ class TreePrior:
                 f"{MAX_DEPTH}) in every chain's state, particle and kept draw, so its memory doubles with each "
                 f"level; a tree of depth {MAX_DEPTH} already holds up to {2**MAX_DEPTH:,} leaves.  Lower max_depth "
                 f"to at most {MAX_DEPTH} (docs/memory.md).")
-        if not 0.0 < float(self.alpha) < 1.0:
-            raise ValueError(f"alpha must be in (0, 1); got {self.alpha!r}.")
-        if float(self.beta) < 0.0:
-            raise ValueError(f"beta must be >= 0; got {self.beta!r}.")
-        if not isinstance(self.min_leaf_size, (int, np.integer)) or self.min_leaf_size < 1:
+        for name, ok, what in (("alpha", lambda v: 0.0 < v < 1.0, "in (0, 1)"), ("beta", lambda v: v >= 0.0, ">= 0")):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
+                    np.isfinite(v) and ok(float(v))):
+                raise ValueError(f"{name} must be {what}, a finite number; got {v!r}.")
+        if isinstance(self.min_leaf_size, bool) or not isinstance(self.min_leaf_size, (int, np.integer)) or \
+                self.min_leaf_size < 1:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
         if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
             raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,6 +27,7 @@ from ..data import SplitGrid, TreeData, check_classification_y, check_regression
 from ..features import check_supported
 from ..likelihoods import BARTLeafNormal
 from ..priors import TreePrior, make_tree_data
+from ..priors.tree_data import to_device
 
 __all__ = ["MAX_CUTS", "BARTData", "BARTProblem", "build_bart_probit_problem", "build_bart_problem",
            "default_hyperparameters", "feature_bins", "linear_design", "probit_offset"]
@@ -204,7 +206,9 @@ def feature_bins(tree_data: TreeData) -> Array:
     codes (``C + 1`` of them, ``C`` the cut slots of ``cut_cumwidth``; :attr:`BARTData.feature_bins`)."""
     n_codes = tree_data.cut_cumwidth.shape[-1] - 1
     dtype = jnp.uint8 if n_codes <= 2**8 else jnp.uint16 if n_codes <= 2**16 else jnp.int32
-    return jnp.asarray(tree_data.bins).T.astype(dtype)
+    if isinstance(tree_data.bins, jax.core.Tracer):  # inside a traced function
+        return jnp.asarray(tree_data.bins).T.astype(dtype)
+    return to_device(np.asarray(tree_data.bins).T, dtype)  # a transfer, nothing compiled
 
 
 def _feature_bins(tree_data: TreeData) -> Array | None:
@@ -216,7 +220,7 @@ def _feature_bins(tree_data: TreeData) -> Array | None:
 
 
 def _f32(v) -> Array:
-    return jnp.asarray(v, jnp.float32)
+    return to_device(v, np.float32)
 
 
 def build_bart_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: float = 0.95, beta: float = 2.0,

@@ -206,4 +206,8 @@ def _likelihood_options(task: str, likelihood, where: str) -> dict:
     unknown = sorted(set(likelihood) - set(allowed))
     if unknown:
         raise ValueError(f"{where}likelihood options {unknown} do not apply to task={task!r}; it takes {allowed}.")
-    return {k: v for k, v in likelihood.items() if v is not None}
+    options = {k: v for k, v in likelihood.items() if v is not None}
+    for k, v in options.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+            raise ValueError(f"{where}{k} must be None or a finite number; got {v!r}.")
+    return options
