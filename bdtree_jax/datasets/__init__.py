@@ -85,7 +85,9 @@ def _read_csv(*parts: str) -> pd.DataFrame:
 
 
 def _split_xy(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    y = df.pop(_TARGET)
+    # a copy: under pandas 2.x the popped column still points at `df`, and a caller's
+    # `y.iloc[0] = ...` would raise SettingWithCopyWarning
+    y = df.pop(_TARGET).copy()
     y.name = _TARGET
     return df, y
 
