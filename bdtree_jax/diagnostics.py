@@ -277,8 +277,9 @@ def convergence_diagnostics(posterior) -> dict[str, dict[str, float]]:
     (nothing to diagnose).  Exact posteriors (method "pcfg": independent draws, and its
     predictions do not use them) give ``{}``.
     """
-    import arviz as az
+    from ._arviz import _import_arviz
 
+    az = _import_arviz()
     if getattr(posterior, "method", None) == "pcfg":
         return {}
     stats = getattr(posterior, "stats", None)
