@@ -79,7 +79,7 @@ TYPES = {
     "SMCState": "bdtree_jax.kernels.smc:SMCState",
     "SMCResult": "bdtree_jax.kernels.smc:SMCResult",
     "RJHMCState": "bdtree_jax.kernels.rjhmc:RJHMCState",
-    "TopologyMHState": "bdtree_jax.numpyro:TopologyMHState",
+    "TopologyMHState": "bdtree_jax.numpyro.soft:TopologyMHState",
     "numpyro.HMCState": "numpyro.infer.hmc:HMCState",
     "numpyro.HMCAdaptState": "numpyro.infer.hmc_util:HMCAdaptState",
     "numpyro.IntegratorState": "numpyro.infer.hmc_util:IntegratorState",

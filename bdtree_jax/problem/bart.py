@@ -29,7 +29,7 @@ from ..likelihoods import BARTLeafNormal
 from ..priors import TreePrior, make_tree_data
 from ..priors.tree_data import to_device
 
-__all__ = ["MAX_CUTS", "BARTData", "BARTProblem", "build_bart_probit_problem", "build_bart_problem",
+__all__ = ["MAX_CUTS", "BARTData", "BARTProblem", "build_bart_probit_problem", "build_bart_problem", "build_tree_site_problem",
            "default_hyperparameters", "feature_bins", "linear_design", "probit_offset"]
 
 MAX_CUTS = 255  # default candidate cuts per feature: bartz's grid (UniqueQuantileBinner, max_bins=256)
@@ -289,3 +289,24 @@ def build_bart_probit_problem(X, y, *, n_trees: int, max_depth: int = 5, alpha: 
                     _feature_bins(tree_data))
     return BARTProblem(data, grid, prior, bins, codes, names, offset, 1.0, float(tau**2), outcome="binary",
                        classes=classes)
+
+
+def build_tree_site_problem(X, *, n_trees: int, tau2: float, max_depth: int = 5, alpha: float = 0.95,
+                            beta: float = 2.0, split_prior: str = "uniform", min_leaf_size: int = 1,
+                            max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors",
+                            estimator: str = "bart") -> BARTProblem:
+    """The problem of a tree site of a NumPyro model (:mod:`bdtree_jax.numpyro`): inputs ``X``
+    (n, F) numeric, without missing cells, binned once; ``n_trees`` trees with leaf values
+    ``N(0, tau2)``.  There is no response here (the site's kernel sets the tree's target every
+    iteration): ``y`` is zeros, ``nu``, ``lam``, ``sigma2_init`` and ``y_scale`` are 1."""
+    X, names, grid = _inputs(X, estimator, None, "error", max_cuts)
+    if not (isinstance(tau2, (int, float, np.floating)) and np.isfinite(tau2) and tau2 > 0):
+        raise ValueError(f"{estimator}: the leaf values' prior variance must be a positive number; got {tau2!r}.")
+    prior = _tree_prior(len(X), max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
+                        split_prior=split_prior, valid_cuts=valid_cuts)
+    likelihood = BARTLeafNormal(np.float32(1.0), np.float32(tau2))
+    zeros = np.zeros(len(X), np.float32)
+    bins, tree_data = _binned(X, grid, zeros, prior, likelihood)
+    one = _f32(1.0)
+    data = BARTData(tree_data, _f32(zeros), one, one, one, one, feature_bins=_feature_bins(tree_data))
+    return BARTProblem(data, grid, prior, bins, zeros, names, 0.0, 1.0, float(tau2))

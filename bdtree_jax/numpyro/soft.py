@@ -39,8 +39,8 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import potential_energy
 from numpyro.util import identity
 
-from .kernels.rjhmc import feature_sweep, propose_topology
-from .soft_models import TreeTopology, classification_model, regression_model, soft_tree
+from ..kernels.rjhmc import feature_sweep, propose_topology
+from ..soft_models import TreeTopology, classification_model, regression_model, soft_tree
 
 __all__ = [
     "TreeTopology",
