@@ -19,10 +19,14 @@ tree ``m`` with leaf values ``mu`` and rows' leaves ``leaf``, the other trees' s
    where the density curves upward falls back to it) and mean ``m_j = G_j / P_j`` -- one Newton
    step from ``mu = 0`` on ``log_lik + log N(mu; 0, tau2)``.  ``newton_steps = K > 1`` iterates
    ``mu <- mu + (G(mu) - mu/tau2) / P(mu)`` with ``G``, ``P`` at ``f0 + mu[leaf]`` (one more pass
-   per step and tree) and ends with ``N(mu_K, 1/P(mu_{K-1}))``.  The approximation depends on
-   ``T`` and ``f0`` only, so it is the same function in both directions of a move.
+   per step and tree) and ends with ``N(mu_K, 1/P(mu_{K-1}))``.  The leaves' proposal
+   ``q(mu | T, f0)`` is the defensive mixture ``(1 - w) prod_j N(m_j, 1/P_j) + w prod_j N(0, tau2)``,
+   ``w = prior_weight``: the prior's part bounds the importance weight ``p(mu) L / q`` by
+   ``L / w``, without which a chain whose values lie in the approximation's light Gaussian tail
+   (a fresh start at ``f = 0`` against strong data) is never accepted away from them.  ``q``
+   depends on ``T`` and ``f0`` only, so it is the same function in both directions of a move.
 2. **Structure and leaves together.**  A grow or prune ``T -> T'`` (CGM98's proposal with moves
-   (1/2, 1/2), :func:`~bdtree_jax.kernels.cgm.propose`), new values ``mu'_j ~ N(m'_j, 1/P'_j)`` on
+   (1/2, 1/2), :func:`~bdtree_jax.kernels.cgm.propose`), new values ``mu' ~ q(. | T', f0)`` on
    every leaf of ``T'``, accepted with::
 
        log a = log L(f0 + mu'[leaf']) - log L(f0 + mu[leaf]) + log p(T') - log p(T)
