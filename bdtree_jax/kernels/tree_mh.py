@@ -171,6 +171,9 @@ def _check_inputs(trees, leaf_values, fit, log_lik_fn, tree_data, config) -> Non
     if jnp.shape(fit) != (n,) or jnp.shape(trees.leaf_id) != (M, n):
         raise ValueError(f"fit must have shape (n,) = {(n,)} and trees.leaf_id (M, n) = {(M, n)}; got "
                          f"{jnp.shape(fit)} and {jnp.shape(trees.leaf_id)}.")
+    out = jax.eval_shape(log_lik_fn, jax.ShapeDtypeStruct((n,), jnp.float32))
+    if not hasattr(out, "shape") or out.shape != ():
+        raise ValueError(f"log_lik_fn must map f (n,) to a scalar log density; it returns {out}.")
 
 
 def _normal_log_pdf(x, mean, precision):
@@ -209,7 +212,8 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
     log_laplace_weight, log_prior_weight = math.log1p(-config.prior_weight), math.log(max(config.prior_weight, 1e-300))
     normals = jax.random.normal(k_normal, (M, 2, N))
     fit = jnp.asarray(fit, jnp.float32)
-    grad_fn = jax.grad(lambda f: jnp.sum(log_lik_fn(f)))
+    log_lik_of = lambda f: jnp.asarray(log_lik_fn(f), jnp.float32)  # noqa: E731
+    grad_fn = jax.grad(log_lik_of)
     ones = jnp.ones_like(fit)
 
     def curvature(f):
@@ -259,7 +263,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
         mean, precision = laplace(g, h, f0, leaf, is_leaf)
         new_mean, new_precision = laplace(g, h, f0, new_leaf, new_is_leaf)
         new_values = propose_values(new_mean, new_precision, new_is_leaf, z[0], u[6])
-        new_log_lik = log_lik_fn(f0 + new_values[new_leaf])
+        new_log_lik = log_lik_of(f0 + new_values[new_leaf])
         log_q, log_p = log_density(values, mean, precision, is_leaf)
         new_log_q, new_log_p = log_density(new_values, new_mean, new_precision, new_is_leaf)
         log_ratio = mh_log_ratio(new_log_lik - log_lik, prop.d_log_prior + new_log_p - log_p,
@@ -273,7 +277,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
 
         # 3. leaves only: an independence proposal from the same approximation
         draw = propose_values(mean, precision, is_leaf, z[1], u[7])
-        draw_log_lik = log_lik_fn(f0 + draw[leaf])
+        draw_log_lik = log_lik_of(f0 + draw[leaf])
         draw_log_q, draw_log_p = log_density(draw, mean, precision, is_leaf)
         leaf_ratio = mh_log_ratio(draw_log_lik - log_lik, draw_log_p - log_p, log_q - draw_log_q)
         take = jnp.log(u[5]) < leaf_ratio
@@ -283,7 +287,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
         state = _accept_structure(state, prop, accepted, new_tree, new_id, new_lo, new_hi)
         return (f0 + values[leaf], log_lik), (state, values, accepted)
 
-    log_lik = jnp.asarray(log_lik_fn(fit), jnp.float32)
+    log_lik = log_lik_of(fit)
     (fit, log_lik), (trees, leaf_values, accepted) = jax.lax.scan(
         body, (fit, log_lik), (trees, jnp.asarray(leaf_values, jnp.float32), uniforms, normals))
     return trees, leaf_values, fit, accepted, log_lik
