@@ -345,13 +345,15 @@ def _active(is_split):
 # bookkeeping, reproducibility, errors
 
 
-def test_state_bookkeeping_and_reproducibility():
+@pytest.mark.parametrize("valid_cuts", ["ancestors", pytest.param("data", marks=pytest.mark.slow)])
+def test_state_bookkeeping_and_reproducibility(valid_cuts):
     """After sweeps of 3 trees (Poisson, 8 rows, depth <= 3): the returned fit is the sum of the
     trees (:func:`~bdtree_jax.kernels.tree_mh.fit_from_trees`), ``log_lik`` is ``log_lik_fn`` of it,
     leaf values are 0 off the leaves, and every tree's rows' leaves, row counts (``stats[..., 0]``),
     bounds and log-prior equal a fresh score of its tree.  The same key gives the same draws;
-    another key other ones."""
-    X, grid, prior, td = tiny_problem(n=8, seed=0, max_depth=3, valid_cuts="data")
+    another key other ones.  Under both rule availabilities (BART's "ancestors" counts a grow's
+    rows in the proposal, "data" in the kernel)."""
+    X, grid, prior, td = tiny_problem(n=8, seed=0, max_depth=3, valid_cuts=valid_cuts)
     config = tree_mh.TreeMHConfig(max_depth=3)
     y = jnp.asarray([0, 2, 1, 5, 0, 3, 1, 2], jnp.float32)
     log_lik_fn = jax_log_lik("poisson", np.asarray(y))

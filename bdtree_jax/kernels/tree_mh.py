@@ -301,9 +301,12 @@ def _accept_structure(state: CGMState, prop: cgm.LocalProposal, accepted, new_tr
     tree = jax.tree.map(pick, new_tree, state.tree)
     N = state.stats.shape[0]
     left_child = 2 * prop.node + 1
-    n_left = jnp.sum(prop.in_node & prop.goes_left, dtype=jnp.int32).astype(state.stats.dtype)
-    n_node = state.stats[prop.node, 0]
-    kid_rows = jnp.where(prop.splits, jnp.stack([n_left, n_node - n_left]), 0.0)
+    if prop.kid_rows is None:  # valid_cuts="data": count the grown node's left rows here
+        n_left = jnp.sum(prop.in_node & prop.goes_left, dtype=jnp.int32).astype(state.stats.dtype)
+        kids = jnp.stack([n_left, state.stats[prop.node, 0] - n_left])
+    else:
+        kids = prop.kid_rows.astype(state.stats.dtype)
+    kid_rows = jnp.where(prop.splits, kids, 0.0)
     start = (jnp.minimum(left_child, N - 2), 0)
     rows = jax.lax.dynamic_update_slice(state.stats[:, :1], kid_rows[:, None], start)
     stats = state.stats.at[:, 0].set(pick(rows[:, 0], state.stats[:, 0]))
