@@ -164,8 +164,8 @@ def test_one_tree_matches_enumeration(kind):
 @pytest.mark.slow
 def test_one_tree_two_newton_steps_no_prior_mixture():
     """The same check (Poisson) with ``newton_steps=2`` and ``prior_weight=0`` (the Laplace
-    approximation alone): the other code paths of the leaves' proposal.  Observed TV 0.020, structure acceptance 0.48 (0.35
-    with the defaults)."""
+    approximation alone): the other code paths of the leaves' proposal.  Observed TV 0.020,
+    structure acceptance 0.48 (0.35 with the defaults)."""
     tv, err, _ = one_tree_check("poisson", config=tree_mh.TreeMHConfig(max_depth=2, newton_steps=2, prior_weight=0.0))
     assert tv <= TV_TOL and err <= FIT_TOL, (tv, err)
 
