@@ -149,13 +149,14 @@ def test_one_tree_matches_enumeration(kind):
     the chain's trees must follow ``p(T | y) ∝ p(T) prod_leaves int prod_i p(y_i | mu) N(mu; 0,
     tau2) dmu`` and its fit the exact ``E[f(x_i) | y]``; for Poisson (log link) and
     Bernoulli-logit each leaf's integral is computed by Gauss–Hermite quadrature, for the Normal
-    with sigma2 = 1 in closed form (the multivariate normal of the leaf's rows; the quadrature is
-    checked against it here).  1,024 chains x 500 sweeps after 100 (512,000 correlated draws):
+    with sigma2 = 1 in closed form (the multivariate normal of the leaf's rows, which the
+    quadrature matches: test_quadrature_matches_the_normal_closed_form).  1,024 chains x 500 sweeps after 100 (512,000 correlated draws):
     TV <= 0.04 (the issue's tolerance) and E[f] within 0.03.  The Monte Carlo part of the TV
     shrinks as 1/sqrt(chains) (Poisson, 2,300 sweeps a chain: 0.034 with 64 chains, 0.019 with
     256, 0.011 with 1,024), so at this size it is about 0.02; observed: Poisson 0.022, Bernoulli
-    0.016, Normal 0.015 (E[f] errors 0.002, 0.003, 0.001).  Each posterior is informative (TV from the prior 0.25, 0.15, 0.25), so a
-    sampler of the prior fails.  Bernoulli-logit and Normal are slow tests."""
+    0.016, Normal 0.015 (E[f] errors 0.002, 0.003, 0.001).  Each posterior is informative (TV
+    from the prior 0.25, 0.15, 0.25), so a sampler of the prior fails.  Bernoulli-logit and
+    Normal are slow tests."""
     tv, err, tv_prior = one_tree_check(kind)
     assert tv_prior > 0.1
     assert tv <= TV_TOL and err <= FIT_TOL, (tv, err)

@@ -310,5 +310,6 @@ def _accept_structure(state: CGMState, prop: cgm.LocalProposal, accepted, new_tr
     start = (jnp.minimum(left_child, N - 2), 0)
     rows = jax.lax.dynamic_update_slice(state.stats[:, :1], kid_rows[:, None], start)
     stats = state.stats.at[:, 0].set(pick(rows[:, 0], state.stats[:, 0]))
+    log_prior = state.log_prior + jnp.where(accepted, prop.d_log_prior, 0.0)
     return state._replace(tree=tree, leaf_id=pick(new_id, state.leaf_id), stats=stats, lo=pick(new_lo, state.lo),
-                          hi=pick(new_hi, state.hi), log_prior=state.log_prior + jnp.where(accepted, prop.d_log_prior, 0.0))
+                          hi=pick(new_hi, state.hi), log_prior=log_prior)
