@@ -7,12 +7,16 @@ One iteration (``docs/theory/rjhmc.md``), from topology ``T`` and parameters ``x
    since they do not enter the likelihood; they are the auxiliary variables of the jumps;
 1. choose grow / prune / stay (warm-up and sampling move probabilities differ) and the node;
 2. HMC leg at ``T``: ``x -> x'``;
-3. jump ``T -> T'``: flip the node; the left child inherits the leaf parameters of the grown leaf
-   (leaf sites swap slots ``l`` and ``2l+1``, Jacobian 1), the right child takes its padded value;
+3. jump ``T -> T'``: flip the node.  Regression's leaf means, ``leaf_proposal="conditional"``
+   (default): those of the node and its children are drawn from their Gaussian full conditional
+   under ``T'`` (both proposal densities enter the ratio); ``"prior"`` (the paper's): the left child
+   inherits the grown leaf's mean (slots ``l`` and ``2l+1`` swap, Jacobian 1), the right child
+   takes its padded value;
 4. HMC leg at ``T'``: ``x* -> x''``;
 5. accept ``(T', x'')`` or return to ``(T, x)``.  After warm-up the double-sided acceptance
-   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel), during warm-up the
-   paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.  Densities are evaluated at ``h_final``.
+   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel; Q includes ``q_T / q_T'`` of the
+   conditional leaf means), during warm-up the paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.
+   Densities are evaluated at ``h_final``.
 
 HMC-DF's split features are updated inside every leg by a Metropolis-within-Gibbs sweep in random
 order (:func:`feature_sweep`); a leg is the palindrome ``G (N G)^k`` of sweeps
