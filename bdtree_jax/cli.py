@@ -134,6 +134,8 @@ _KEY_HELP = {
     "h_init": "split sharpness at the start of warm-up",
     "h_final": "split sharpness after warm-up",
     "leg_steps": "NUTS transitions per leg (schedule fast)",
+    "max_tree_depth": "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most)",
+    "leaf_proposal": "hmc regression: leaf means at a grow / prune, conditional (full conditional) or prior",
     "warmup_move_probs": "grow, prune, stay during warm-up (null: 0.5, 0.25, 0.25)",
     "log_phi": "log phi of the PCFG prior",
     "n_buckets": "cut features into that many equal-width buckets (null: every distinct value)",

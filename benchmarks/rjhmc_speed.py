@@ -59,6 +59,14 @@ Usage::
     python benchmarks/rjhmc_speed.py --full     # + paper schedule on bcw (1-4 min per kind) and the
                                                 #   bcw DF 200 + 800-iteration chain (~2.5 min): ~15 min
     python benchmarks/rjhmc_speed.py --kinds df --datasets bcw --json /tmp/rjhmc_speed.json
+    python benchmarks/rjhmc_speed.py --datasets cgm --kinds df --fast-warmup 10 --fast-lengths 5 15
+                                                # cgm regression at h = 0.001: the configuration
+                                                #   before issue 29 and today's, side by side (~5 min)
+
+**cgm** (regression, ``--datasets cgm``) is timed like the fast rows, once per entry of
+``CGM_VARIANTS``: the configuration before issue 29 (the paper's jump, whose new leaf mean is a
+prior draw, and NUTS ``max_tree_depth=10``) and today's (leaf means from their full conditional,
+``max_tree_depth=5``), in the same process, so the two numbers share the machine's load.
 
 Timings are wall-clock on a shared machine: other processes compete for the CPU (the load
 average before/after is printed), so expect 10-30 % noise; compare numbers from one run only.
@@ -89,6 +97,16 @@ PAPER = {
     ("bcw", "df"): dict(h_init=0.025, h_final=0.025, alpha=0.45, beta=2.5),
     ("iris", "dfi"): dict(h_init=0.01, h_final=0.01, alpha=0.7, beta=1.0),
     ("bcw", "dfi"): dict(h_init=0.1, h_final=0.025, alpha=0.95, beta=2.0),
+}
+# cgm regression (configs/cgm_hmc-df.yaml, cgm_hmc-dfi.yaml): the paper's h, alpha, beta
+CGM_PAPER = {
+    "df": dict(h_init=0.001, h_final=0.001, alpha=0.45, beta=2.5),
+    "dfi": dict(h_init=0.01, h_final=0.001, alpha=0.45, beta=2.5),
+}
+# today's configuration (before issue 29) and the new one, timed side by side in one run
+CGM_VARIANTS = {
+    "before (prior jump, max_tree_depth 10)": dict(leaf_proposal="prior", max_tree_depth=10),
+    "now (conditional leaves, max_tree_depth 5)": dict(leaf_proposal="conditional", max_tree_depth=5),
 }
 PAPER_WARMUP, PAPER_SAMPLES = 200, 800
 LEG_WARMUP = 500
@@ -183,9 +201,25 @@ def load_data(name):
 # ours
 
 
+def load_regression(name):
+    import jax.numpy as jnp
+
+    import bdtree_jax as bd
+    from bdtree_jax.soft import minmax_scaler
+
+    X_train, y_train, _, _ = bd.datasets.load_split(name)
+    X = X_train.to_numpy(float)
+    lo, rng = minmax_scaler(X)
+    Xs = ((X - lo) / rng).astype(np.float32)
+    y = y_train.to_numpy(np.float32)
+    return dict(X=Xs, y=y, K=None, data={"X": jnp.asarray(Xs), "y": jnp.asarray(y)})
+
+
 def _config(kind, K, settings, max_depth, **kw):
     from bdtree_jax.kernels.rjhmc import RJHMCConfig
 
+    if K is None:
+        return RJHMCConfig(task="regression", kind=kind, max_depth=max_depth, **settings, **kw)
     return RJHMCConfig(task="classification", kind=kind, max_depth=max_depth, n_classes=K, **settings, **kw)
 
 
@@ -233,10 +267,11 @@ def _advancer(config):
     return jax.jit(advance)
 
 
-def bench_fast(d, kind, settings, max_depth, warmup, T1, T2):
+def bench_fast(d, kind, settings, max_depth, warmup, T1, T2, **options):
     L1, L2 = warmup + T1, warmup + T2
     block = math.gcd(L1, L2)
-    run = _runner(_config(kind, d["K"], settings, max_depth, schedule="fast", num_warmup=warmup), d["data"], block)
+    config = _config(kind, d["K"], settings, max_depth, schedule="fast", num_warmup=warmup, **options)
+    run = _runner(config, d["data"], block)
     c0 = COMPILE.snapshot()
     first, _, _ = run(L1)
     comp = CompileTimer.diff(c0, COMPILE.snapshot())
@@ -251,7 +286,7 @@ def bench_fast(d, kind, settings, max_depth, warmup, T1, T2):
         grads_per_it=float(tr["nuts_grads"][0, sl].mean()),
         grads_per_warmup_it=float(tr["nuts_grads"][0, :warmup].mean()) if warmup else float("nan"),
         leaves=float(tr["n_leaves"][0, sl].mean()), accept=float(tr["accepted"][0, sl].mean()),
-        step_size=float(tr["step_size"][0, -1]),
+        step_size=float(tr["step_size"][0, -1]), log_lik=float(tr["log_lik"][0, sl].mean()),
         extrap_1000=PAPER_WARMUP * s_warm + PAPER_SAMPLES * s_it,
         extrap_1000_flat=(PAPER_WARMUP + PAPER_SAMPLES) * s_it,
     )
@@ -483,7 +518,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="RJHMC-Tree speed: ours (fast / paper schedule) vs the reference cost model.")
     parser.add_argument("--quick", action="store_true", help="smoke run (< 2 min): bcw, DF, short runs")
-    parser.add_argument("--datasets", nargs="+", choices=("iris", "bcw"), default=None, help="default: iris bcw")
+    parser.add_argument("--datasets", nargs="+", choices=("iris", "bcw", "cgm"), default=None,
+                        help="default: iris bcw (cgm: the regression rows, before / now)")
     parser.add_argument("--kinds", nargs="+", choices=("df", "dfi"), default=None, help="default: df dfi")
     parser.add_argument("--max-depth", type=int, default=5)
     parser.add_argument("--fast-warmup", type=int, default=None, help="num_warmup of the timed fast runs (default 20)")
@@ -523,8 +559,18 @@ def main(argv=None):
     monitoring.register_event_duration_secs_listener(COMPILE)
 
     results = {}
+    cgm = {}
     full = None
     for ds in datasets:
+        if ds == "cgm":
+            d = load_regression(ds)
+            for kind in kinds:
+                for label, options in CGM_VARIANTS.items():
+                    _log(f"cgm (n={d['X'].shape[0]}, regression) HMC-{kind.upper()} {CGM_PAPER[kind]}: {label}")
+                    r = bench_fast(d, kind, CGM_PAPER[kind], args.max_depth, warmup, T1, T2, **options)
+                    r.pop("state")
+                    cgm[f"{kind}/{label}"] = dict(options, **r)
+            continue
         d = load_data(ds)
         for kind in kinds:
             settings = PAPER[(ds, kind)]
@@ -573,6 +619,31 @@ def main(argv=None):
           f"unpadded fixed-topology model per leg, 2 legs + acceptance per iteration, {n_ref} iteration(s) "
           f"growing 1→{n_ref + 1} internal nodes; 'incl. compile' = wall time; 'run only' = wall − JAX's "
           "compile timers (trace + lowering + XLA compile, `jax.monitoring`)")
+    if cgm:
+        p("")
+        p(f"### cgm regression (h_final 0.001; num_warmup={warmup}, sampling s/it = (t({warmup + T2}) − "
+          f"t({warmup + T1})) / {T2 - T1}, one chain)")
+        p("")
+        p(f"| kind | configuration | s/it, whole warm run t({warmup + T2}) / {warmup + T2} | s/it sampling | "
+          "grads/it sampling | grads/it warm-up | step size | leaves | mean log-lik | compile |")
+        p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for key, f in cgm.items():
+            kind, label = key.split("/", 1)
+            p(f"| {kind.upper()} | {label} | {_fmt(f['t2'] / (warmup + T2))} | {_fmt(f['s_per_it'])} | "
+              f"{f['grads_per_it']:.0f} | {f['grads_per_warmup_it']:.0f} | {f['step_size']:.3g} | {f['leaves']:.1f} | "
+              f"{f['log_lik']:.0f} | {f['compile']:.1f} s |")
+        p("")
+        p("- the whole-run figure (warm-up + sampling, chain init included) is the robust one when a "
+          "sampling-phase difference of a few cheap iterations drowns in the machine's noise "
+          "(it can even come out negative)")
+    if not results:
+        p(f"- total benchmark wall time: {time.perf_counter() - t_start:.0f} s")
+        print("\n".join(lines))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(dict(command=command, cpu_count=os.cpu_count(), load_before=list(load_before),
+                               load_after=list(load_after), cgm=cgm), fh, indent=1, default=float)
+        return
     p("")
     p("| dataset | kind | fast s/it | fast compile | paper s/it | ref. s/it (incl. compile) | ref. s/it (run only) "
       "| compile share of ref. | ref / fast | ref / paper | paper / fast | grads per NUTS transition: fast / paper / ref. "

@@ -7,12 +7,16 @@ One iteration (``docs/theory/rjhmc.md``), from topology ``T`` and parameters ``x
    since they do not enter the likelihood; they are the auxiliary variables of the jumps;
 1. choose grow / prune / stay (warm-up and sampling move probabilities differ) and the node;
 2. HMC leg at ``T``: ``x -> x'``;
-3. jump ``T -> T'``: flip the node; the left child inherits the leaf parameters of the grown leaf
-   (leaf sites swap slots ``l`` and ``2l+1``, Jacobian 1), the right child takes its padded value;
+3. jump ``T -> T'``: flip the node.  Regression's leaf means, ``leaf_proposal="conditional"``
+   (default): those of the node and its children are drawn from their Gaussian full conditional
+   under ``T'`` (both proposal densities enter the ratio); ``"prior"`` (the paper's): the left child
+   inherits the grown leaf's mean (slots ``l`` and ``2l+1`` swap, Jacobian 1), the right child
+   takes its padded value;
 4. HMC leg at ``T'``: ``x* -> x''``;
 5. accept ``(T', x'')`` or return to ``(T, x)``.  After warm-up the double-sided acceptance
-   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel), during warm-up the
-   paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.  Densities are evaluated at ``h_final``.
+   ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel; Q includes ``q_T / q_T'`` of the
+   conditional leaf means), during warm-up the paper's biased ``min{1, pi(T', x'') / pi(T, x) Q}``.
+   Densities are evaluated at ``h_final``.
 
 HMC-DF's split features are updated inside every leg by a Metropolis-within-Gibbs sweep in random
 order (:func:`feature_sweep`); a leg is the palindrome ``G (N G)^k`` of sweeps
@@ -59,13 +63,25 @@ from numpyro.infer.util import log_density, potential_energy
 from numpyro.primitives import Messenger
 
 from .. import soft_models
-from ..soft import annealed_h, annealing_window, growable_leaves, leaf_mask, n_split_slots, prunable_nodes, stump
+from ..soft import (
+    annealed_h,
+    annealing_window,
+    growable_leaves,
+    leaf_mask,
+    leaf_membership,
+    n_split_slots,
+    prunable_nodes,
+    right_prob_df,
+    right_prob_dfi,
+    stump,
+)
 from ..tree import node_depths
 from .base import SamplingAlgorithm
 
 __all__ = ["RJHMCConfig", "RJHMCState", "rjhmc", "TopologyProposal", "propose_topology", "feature_sweep"]
 
 SCHEDULES = ("fast", "paper")
+LEAF_PROPOSALS = ("conditional", "prior")
 MOVES = ("grow", "prune", "stay")
 
 
@@ -81,6 +97,11 @@ class RJHMCConfig:
     warmup_move_probs, move_probs : (grow, prune, stay) in warm-up / sampling.
     leg_steps : NUTS transitions per leg ("fast"); leg_warmup : NUTS warm-up per leg ("paper").
     max_tree_depth, target_accept_prob : NUTS settings.
+    leaf_proposal : regression's leaf means at a grow or prune (``docs/theory/rjhmc.md``):
+        "conditional" draws the leaf means of the node and its two children from their Gaussian
+        full conditional under the proposed topology (the ratio carries both proposal densities);
+        "prior" keeps the paper's jump (the left child inherits the grown leaf's mean, the right
+        child takes its padded prior draw).  Classification has no leaf parameters to propose.
     n_classes, concentration, keep_constant : classification likelihood.
     mu_mean, mu_scale, sigma_shape, sigma_scale : regression priors.
     """
@@ -100,6 +121,7 @@ class RJHMCConfig:
     leg_warmup: int = 500
     max_tree_depth: int = 10
     target_accept_prob: float = 0.8
+    leaf_proposal: str = "conditional"
     n_classes: int = 2
     concentration: float = 1.0
     keep_constant: bool = True
@@ -116,6 +138,8 @@ class RJHMCConfig:
             raise ValueError(f"{where}kind must be one of {soft_models.KINDS}; got {self.kind!r}.")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"{where}schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
+        if self.leaf_proposal not in LEAF_PROPOSALS:
+            raise ValueError(f"{where}leaf_proposal must be one of {LEAF_PROPOSALS}; got {self.leaf_proposal!r}.")
         if not isinstance(self.max_depth, (int, np.integer)) or not 1 <= self.max_depth <= 10:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):
@@ -445,6 +469,49 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             params[name] = v.at[node].set(b).at[2 * node + 1].set(a)
         return ravel_pytree(params)[0]
 
+    # -- regression: the leaf means of a grown / pruned node drawn from their full conditional ----
+    conditional_leaves = config.task == "regression" and config.leaf_proposal == "conditional"
+
+    def leaf_block_conditional(data, c, is_split, feature, block, beta):
+        """Gaussian full conditional of ``leaf_mean[block]`` (3,) under topology ``is_split`` given
+        every other parameter (constrained values ``c``) and the tempered likelihood: its mean (3,)
+        and the Cholesky factor ``L`` (3, 3) of its precision.  Slots of the block that are not
+        leaves of ``is_split`` get no likelihood term: their conditional is the prior."""
+        X = data["X"]
+        if has_feature(data):
+            psi = right_prob_df(X, feature, c["tree_tau"], h_final)
+        else:
+            psi = right_prob_dfi(X, c["tree_weights"], c["tree_tau"], h_final)
+        phi = leaf_membership(is_split, psi)
+        mu, noise_prec = c["leaf_mean"], beta / jnp.square(c["sigma"])
+        P = phi[:, block]
+        resid = data["y"] - phi @ mu + P @ mu[block]
+        prior_prec = 1.0 / config.mu_scale**2
+        prec = prior_prec * jnp.eye(3) + noise_prec * (P.T @ P)
+        L = jnp.linalg.cholesky(prec)
+        mean = jax.scipy.linalg.cho_solve((L, True), prior_prec * config.mu_mean + noise_prec * (P.T @ resid))
+        return mean, L
+
+    def gaussian_log_density(x, mean, L):
+        d = L.T @ (x - mean)
+        return -0.5 * d @ d + jnp.sum(jnp.log(jnp.diag(L))) - 1.5 * np.log(2 * np.pi)
+
+    def conditional_leaf_jump(key, data, unravel, transforms, z, is_split, new_split, feature, node, beta):
+        """Leaf means of ``node`` and its children redrawn from their conditional under ``new_split``;
+        returns the new ``z`` and ``log q(old | is_split) - log q(new | new_split)``."""
+        params = unravel(z)
+        c = {n: transforms[n](v) for n, v in params.items()}
+        n_slots = is_split.shape[-1]
+        block = jnp.minimum(jnp.stack([node, 2 * node + 1, 2 * node + 2]), n_slots - 1)
+        mean_new, L_new = leaf_block_conditional(data, c, new_split, feature, block, beta)
+        mean_old, L_old = leaf_block_conditional(data, c, is_split, feature, block, beta)
+        b_old = c["leaf_mean"][block]
+        b_new = mean_new + jax.scipy.linalg.solve_triangular(L_new.T, jax.random.normal(key, (3,)), lower=False)
+        log_q = gaussian_log_density(b_old, mean_old, L_old) - gaussian_log_density(b_new, mean_new, L_new)
+        leaf = transforms["leaf_mean"]
+        params["leaf_mean"] = leaf.inv(c["leaf_mean"].at[block].set(b_new))
+        return ravel_pytree(params)[0], log_q
+
     # -- kernel functions ---------------------------------------------------------------------------
     def init(key, data):
         names, transforms, z, unravel, feature = layout(data, key)
@@ -478,7 +545,14 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
         beta = state.beta
         f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
-        z_star = jnp.where(topo, swap_leaf_sites(unravel, z1, prop.node), z1)
+        if conditional_leaves:
+            z_jump, log_q_leaves = conditional_leaf_jump(
+                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z1, is_split, new_split, f1, prop.node, beta
+            )
+            z_star = jnp.where(topo, z_jump, z1)
+            log_q = log_q + jnp.where(topo, log_q_leaves, 0.0)
+        else:
+            z_star = jnp.where(topo, swap_leaf_sites(unravel, z1, prop.node), z1)
         f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f1, z_star, adapt, t, beta)
 
         U = lambda z, s, f: make_pe(data, unravel, s, f, h_final, beta)(z)  # noqa: E731

@@ -48,6 +48,15 @@ class RJHMC(MCMCMethod):
         (grow, prune, stay) after warm-up; None: (0.2, 0.2, 0.6).
     warmup_move_probs : (3,) tuple or None
         (grow, prune, stay) during warm-up; None: (0.5, 0.25, 0.25).
+    max_tree_depth : int >= 1, default 10
+        NUTS's largest trajectory doubling (at most ``2**max_tree_depth - 1`` gradients per
+        transition).  At sharp ``h`` on gridded inputs trajectories hit it: the cgm configs use 5
+        (docs/methods/rjhmc.md).
+    leaf_proposal : {"conditional", "prior"}, default "conditional"
+        Regression: at a grow or prune the leaf means of the node and its children are drawn from
+        their Gaussian full conditional under the proposed topology ("conditional"), or the
+        paper's jump keeps them (the new leaf takes a prior draw: "prior").  Classification has
+        no leaf parameters (they are integrated out), so it does not apply.
     """
 
     kind: str = "df"
@@ -57,6 +66,8 @@ class RJHMC(MCMCMethod):
     leg_steps: int = 4
     move_probs: tuple | None = None
     warmup_move_probs: tuple | None = None
+    max_tree_depth: int = 10
+    leaf_proposal: str = "conditional"
 
     own_prior: ClassVar[bool] = True
 
@@ -84,7 +95,8 @@ class RJHMC(MCMCMethod):
             h_final=self.h_final, schedule=self.schedule, num_warmup=int(num_warmup),
             warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else (0.5, 0.25, 0.25),
             move_probs=self.move_probs if self.move_probs is not None else (0.2, 0.2, 0.6),
-            leg_steps=self.leg_steps, n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
+            leg_steps=self.leg_steps, max_tree_depth=self.max_tree_depth, leaf_proposal=self.leaf_proposal,
+            n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
         )
 
     def check(self, problem, where=""):
