@@ -34,7 +34,8 @@ def _output_text(cell: dict) -> str:
 
 
 def test_there_are_notebooks():
-    assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "soft_tree_user_model.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "soft_tree_user_model.ipynb",
+                                           "random_intercept_bart.ipynb", "heteroskedastic_bart.ipynb"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -74,3 +75,27 @@ def test_quickstart_shows_its_diagnostics_and_explains_the_warning():
     if not converged:  # then the next markdown cell explains R-hat, ESS and the warning
         explanation = _text(next(c for c in cells[fit + 1:] if c["cell_type"] == "markdown"))
         assert "R̂" in explanation and "ESS" in explanation and "ConvergenceWarning" in explanation
+
+
+def _saved_outputs(name: str) -> str:
+    cells = _cells(next(p for p in NOTEBOOKS if p.name == name))
+    return "\n".join(_output_text(c) for c in cells if c["cell_type"] == "code")
+
+
+def test_random_intercept_bart_saved_run_covers_the_sd_and_matches_the_reference():
+    outputs = _saved_outputs("random_intercept_bart.ipynb")
+    assert "full settings" in outputs  # saved from the full settings, not CI's small ones
+    lo, hi = map(float, re.search(r"sd: posterior mean \d+\.\d+, 90% interval \[(\d+\.\d+), (\d+\.\d+)\]",
+                                  outputs).groups())
+    assert lo <= 0.5 <= hi
+    ratio = float(re.search(r"given the true intercepts \d+\.\d+; ratio (\d+\.\d+)", outputs).group(1))
+    assert ratio <= 1.10  # the "RMSE of f within 10 % of BARTRegressor given the true intercepts"
+
+
+def test_heteroskedastic_bart_saved_run_beats_constant_sigma_on_held_out_rows():
+    outputs = _saved_outputs("heteroskedastic_bart.ipynb")
+    assert "full settings" in outputs
+    assert "tree updates {'f': 'mh', 'log_sd': 'mh'}" in outputs  # the general Metropolis–Hastings path ran
+    het, const = map(float, re.search(r"per row: heteroskedastic (-?\d+\.\d+), constant sigma (-?\d+\.\d+)",
+                                      outputs).groups())
+    assert het > const
