@@ -32,7 +32,7 @@ from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.exact.hard import leaf_partition
 from bdtree_jax.likelihoods import NormalMeanShift
 from bdtree_jax.numpyro import TreeGibbs, bart, cart
-from bdtree_jax.numpyro.sites import decode_trees
+from bdtree_jax.numpyro.sites import decode_trees, ensemble_values
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.data import make_split_grid
 from bdtree_jax.tree import from_string
@@ -265,7 +265,7 @@ def test_geweke_bart_plus_linear_part():
 
 
 def _small_bart_model(X, y=None):
-    fx = bart("f", X, n_trees=10, offset=0.0, scale=4.0)
+    fx = bart("f", X, n_trees=5, max_depth=3, offset=0.0, scale=4.0)
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
     numpyro.sample("y", dist.Normal(fx, sigma), obs=y)
 
@@ -277,8 +277,8 @@ def test_arviz_predictive_and_chains_over_devices():
     import arviz as az
 
     rng = np.random.default_rng(0)
-    X = rng.uniform(size=(80, 2))
-    y = np.where(X[:, 0] > 0.4, 1.0, -1.0) + 0.2 * rng.normal(size=80)
+    X = rng.uniform(size=(50, 2))
+    y = np.where(X[:, 0] > 0.4, 1.0, -1.0) + 0.2 * rng.normal(size=50)
     runs = {}
     for method in ("sequential", "parallel"):
         mcmc = MCMC(TreeGibbs(NUTS(_small_bart_model)), num_warmup=50, num_samples=60, num_chains=2,
@@ -291,9 +291,12 @@ def test_arviz_predictive_and_chains_over_devices():
     np.testing.assert_allclose(a["sigma"], b["sigma"], rtol=1e-6)
 
     mcmc = runs["sequential"]
-    state = mcmc.last_state
-    fit = np.asarray(state.trees[0].fit)  # (chains, n) the kernel's sum of trees, in bin codes
-    np.testing.assert_allclose(mcmc.get_samples(group_by_chain=True)["f"][:, -1], fit, atol=1e-5)
+    fit = np.asarray(mcmc.last_state.trees[0].fit)  # (chains, n) the kernel's sum of trees, in bin codes
+    last = mcmc.get_samples(group_by_chain=True)
+    np.testing.assert_allclose(last["f"][:, -1], fit, atol=1e-6)
+    routed = [np.asarray(ensemble_values(jnp.asarray(last["f_trees"][c, -1]), jnp.asarray(X, jnp.float32)))
+              for c in range(2)]  # the same trees evaluated from their thresholds (new rows go this way)
+    np.testing.assert_allclose(np.stack(routed), fit, atol=1e-5)
 
     idata = az.from_numpyro(mcmc)
     assert {"f", "f_n_leaves", "f_depth", "sigma"} <= set(idata.posterior.data_vars)

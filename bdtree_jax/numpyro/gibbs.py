@@ -58,7 +58,7 @@ _PROBIT_CLIP = 1e-7
 
 class TreeGibbsState(NamedTuple):
     """``z``: every latent site's value (the tree sites' packed trees, the inner kernel's
-    unconstrained values); ``trees``: per tree site its :class:`~bdtree_jax.kernels.bart.BARTState`
+    unconstrained values) and each tree site's values at the rows ``name`` (n,); ``trees``: per tree site its :class:`~bdtree_jax.kernels.bart.BARTState`
     (the trees in bin codes, their leaf values and ``fit`` (n,) the sum of trees at the rows);
     ``accepted``: per tree site the (M,) trees changed in the last sweep; ``inner``: the inner
     kernel's state (None without continuous sites)."""
@@ -261,9 +261,13 @@ class TreeGibbs(MCMCKernel):
         return TreeGibbsState(z, trees, accepted, inner_state, rng_key)
 
     def _z(self, trees, inner_state) -> dict:
+        """The sample values: the inner sites', the packed trees and each site's values at the rows
+        (the kernel's fit, so ``postprocess`` need not route every row through every tree again)."""
         z = {} if inner_state is None else dict(inner_state.z)
         for site, state in zip(self._sites, trees):
             z[site.spec.trees_site] = self._encode(site, state)
+            if site.spec.leaf_values:
+                z[site.spec.name] = site.spec.offset + state.fit
         return z
 
     def sample(self, state, model_args, model_kwargs):
@@ -332,6 +336,7 @@ class TreeGibbs(MCMCKernel):
     def postprocess_fn(self, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else model_kwargs
         tree_names = [s.spec.trees_site for s in self._sites]
+        tree_names += [s.spec.name for s in self._sites if s.spec.leaf_values]
 
         def fn(z):
             trees = {k: z[k] for k in tree_names}

@@ -162,7 +162,7 @@ class HardTreePrior(Distribution):
             return value if spec.kind == "bart" else value[0]
 
         n = int(np.prod(sample_shape))
-        draws = jax.vmap(one)(jax.random.split(key, max(n, 1)))
+        draws = jax.jit(jax.vmap(one))(jax.random.split(key, max(n, 1)))  # one program, not op by op
         return draws.reshape(tuple(sample_shape) + self.event_shape) if n else draws[0]
 
     def stump(self):
