@@ -263,12 +263,7 @@ class TreeGibbs(MCMCKernel):
     def _z(self, trees, inner_state) -> dict:
         """The sample values: the inner sites', the packed trees and each site's values at the rows
         (the kernel's fit, so ``postprocess`` need not route every row through every tree again)."""
-        z = {} if inner_state is None else dict(inner_state.z)
-        for site, state in zip(self._sites, trees):
-            z[site.spec.trees_site] = self._encode(site, state)
-            if site.spec.leaf_values:
-                z[site.spec.name] = site.spec.offset + state.fit
-        return z
+        return self._values(trees, {} if inner_state is None else inner_state.z)
 
     def sample(self, state, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else model_kwargs
