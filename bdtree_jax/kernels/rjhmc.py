@@ -472,16 +472,12 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     # -- regression: the leaf means of a grown / pruned node drawn from their full conditional ----
     conditional_leaves = config.task == "regression" and config.leaf_proposal == "conditional"
 
-    def leaf_block_conditional(data, c, is_split, feature, block, beta):
+    def leaf_block_conditional(data, c, psi, is_split, block, beta):
         """Gaussian full conditional of ``leaf_mean[block]`` (3,) under topology ``is_split`` given
-        every other parameter (constrained values ``c``) and the tempered likelihood: its mean (3,)
-        and the Cholesky factor ``L`` (3, 3) of its precision.  Slots of the block that are not
-        leaves of ``is_split`` get no likelihood term: their conditional is the prior."""
-        X = data["X"]
-        if has_feature(data):
-            psi = right_prob_df(X, feature, c["tree_tau"], h_final)
-        else:
-            psi = right_prob_dfi(X, c["tree_weights"], c["tree_tau"], h_final)
+        every other parameter (constrained values ``c``; ``psi`` the splits' right probabilities at
+        the rows) and the tempered likelihood: its mean (3,) and the Cholesky factor ``L`` (3, 3)
+        of its precision.  Slots of the block that are not leaves of ``is_split`` get no
+        likelihood term: their conditional is the prior."""
         phi = leaf_membership(is_split, psi)
         mu, noise_prec = c["leaf_mean"], beta / jnp.square(c["sigma"])
         P = phi[:, block]
@@ -503,8 +499,13 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         c = {n: transforms[n](v) for n, v in params.items()}
         n_slots = is_split.shape[-1]
         block = jnp.minimum(jnp.stack([node, 2 * node + 1, 2 * node + 2]), n_slots - 1)
-        mean_new, L_new = leaf_block_conditional(data, c, new_split, feature, block, beta)
-        mean_old, L_old = leaf_block_conditional(data, c, is_split, feature, block, beta)
+        X = data["X"]  # the splits do not change at a jump, only which slots split
+        if has_feature(data):
+            psi = right_prob_df(X, feature, c["tree_tau"], h_final)
+        else:
+            psi = right_prob_dfi(X, c["tree_weights"], c["tree_tau"], h_final)
+        mean_new, L_new = leaf_block_conditional(data, c, psi, new_split, block, beta)
+        mean_old, L_old = leaf_block_conditional(data, c, psi, is_split, block, beta)
         b_old = c["leaf_mean"][block]
         b_new = mean_new + jax.scipy.linalg.solve_triangular(L_new.T, jax.random.normal(key, (3,)), lower=False)
         log_q = gaussian_log_density(b_old, mean_old, L_old) - gaussian_log_density(b_new, mean_new, L_new)
