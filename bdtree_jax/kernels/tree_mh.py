@@ -67,7 +67,7 @@ from ..tree import MAX_DEPTH, leaf_nodes, n_nodes
 from . import cgm
 from ._moves import CGMState, mh_log_ratio
 
-__all__ = ["TreeMHConfig", "init", "sweep", "fit_from_trees"]
+__all__ = ["TreeMHConfig", "init", "sweep", "fit_from_trees", "accept_structure"]
 
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 _LOG_2PI = 1.8378770664093453
@@ -284,7 +284,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
         values = jnp.where(take, draw, values).astype(jnp.float32)
         log_lik = jnp.where(take, draw_log_lik, log_lik)
 
-        state = _accept_structure(state, prop, accepted, new_tree, new_id, new_lo, new_hi)
+        state = accept_structure(state, prop, accepted, new_tree, new_id, new_lo, new_hi)
         return (f0 + values[leaf], log_lik), (state, values, accepted)
 
     log_lik = log_lik_of(fit)
@@ -293,7 +293,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
     return trees, leaf_values, fit, accepted, log_lik
 
 
-def _accept_structure(state: CGMState, prop: cgm.LocalProposal, accepted, new_tree, new_id, new_lo, new_hi):
+def accept_structure(state: CGMState, prop: cgm.LocalProposal, accepted, new_tree, new_id, new_lo, new_hi):
     """One tree's state after its structure step: the proposed tree, rows' leaves and bounds if
     ``accepted`` (the log-prior moved by the proposal's change, the row counts of a grow's
     children written, a prune's cleared), else the current state."""

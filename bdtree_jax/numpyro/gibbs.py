@@ -48,6 +48,7 @@ from numpyro.infer.util import log_density
 
 from ..kernels import bart as bart_kernel
 from ..kernels import cgm, tree_mh
+from ..kernels._moves import mh_log_ratio
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
 
 __all__ = ["KINDS", "TreeGibbs", "TreeGibbsState"]
@@ -361,12 +362,9 @@ def _structure_step(key, state: bart_kernel.BARTState, spec: TreeSiteSpec, value
     prop = cgm.propose(u[:4], one, tree_data, config)
     tree, leaf_id, lo, hi = cgm.apply_local(one, prop, jnp.bool_(True))
     new_value = encode_trees(tree, jnp.zeros(tree.is_split.shape, jnp.float32), spec.thresholds, False)
-    log_alpha = (log_density_fn({**values, spec.trees_site: new_value}) - log_density_fn(values)
-                 + prop.d_log_prior + prop.log_q_ratio)
-    accept = prop.possible & (jnp.log(u[4]) < jnp.where(jnp.isnan(log_alpha), -jnp.inf, log_alpha))
-    tree, leaf_id, lo, hi = cgm.apply_local(one, prop, accept)
-    one = one._replace(tree=tree, leaf_id=leaf_id.astype(one.leaf_id.dtype), lo=lo, hi=hi,
-                       log_prior=one.log_prior + jnp.where(accept, prop.d_log_prior, 0.0))
+    d_log_density = log_density_fn({**values, spec.trees_site: new_value}) - log_density_fn(values)
+    accept = prop.possible & (jnp.log(u[4]) < mh_log_ratio(d_log_density, prop.d_log_prior, prop.log_q_ratio))
+    one = tree_mh.accept_structure(one, prop, accept, tree, leaf_id.astype(one.leaf_id.dtype), lo, hi)
     trees = jax.tree.map(lambda a: a[None], one)
     return state._replace(trees=trees, leaf_values=jnp.zeros_like(state.leaf_values),
                           can_split=bart_kernel._can_split(trees, spec.problem.data)), accept[None]
