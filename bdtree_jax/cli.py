@@ -136,6 +136,7 @@ _KEY_HELP = {
     "leg_steps": "NUTS transitions per leg (schedule fast)",
     "max_tree_depth": "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most)",
     "leaf_proposal": "hmc regression: leaf means at a grow / prune, conditional (full conditional) or prior",
+    "split_proposal": "hmc regression: a grown node's rule, conditional (scored cuts mixed with the prior) or prior",
     "warmup_move_probs": "grow, prune, stay during warm-up (null: 0.5, 0.25, 0.25)",
     "log_phi": "log phi of the PCFG prior",
     "n_buckets": "cut features into that many equal-width buckets (null: every distinct value)",

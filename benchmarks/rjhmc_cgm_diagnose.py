@@ -57,6 +57,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kind", choices=("df", "dfi"), default="df")
     p.add_argument("--leaf-proposal", choices=("conditional", "prior"), default="conditional")
+    p.add_argument("--split-proposal", choices=("conditional", "prior"), default="conditional")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
 
@@ -69,7 +70,8 @@ def main(argv=None):
     X, y, Xt, yt = load()
     config = RJHMCConfig(task="regression", kind=a.kind, max_depth=5, alpha=0.45, beta=2.5,
                          h_init=a.h_init or a.h, h_final=a.h, num_warmup=a.warmup, leg_steps=a.leg_steps,
-                         max_tree_depth=a.max_tree_depth, leaf_proposal=a.leaf_proposal)
+                         max_tree_depth=a.max_tree_depth, leaf_proposal=a.leaf_proposal,
+                         split_proposal=a.split_proposal)
     data = {"X": jnp.asarray(X), "y": jnp.asarray(y)}
     n = a.warmup + a.samples
     t = time.perf_counter()
@@ -86,7 +88,7 @@ def main(argv=None):
                          acc=bool(tr["accepted"][i]), log_alpha=float(tr["log_alpha"][i]), leaves=int(tr["n_leaves"][i]),
                          sigma=float(params["sigma"]), log_lik=float(tr["log_lik"][i]), test_mse=mse))
     print(f"# {a.kind} seed {a.seed} warmup {a.warmup} samples {a.samples} max_tree_depth {a.max_tree_depth} "
-          f"h {a.h} leg_steps {a.leg_steps} leaf_proposal {a.leaf_proposal}: wall {wall:.1f} s incl. compile")
+          f"h {a.h} leg_steps {a.leg_steps} leaf_proposal {a.leaf_proposal} split_proposal {a.split_proposal}: wall {wall:.1f} s incl. compile")
     print("it grads step nuts_acc div move acc log_alpha leaves sigma log_lik test_mse")
     for r in rows:
         print(f"{r['it']} {r['grads']} {r['step']:.2e} {r['nuts_acc']:.2f} {r['div']} {'gps'[r['move']]} "

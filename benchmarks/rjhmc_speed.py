@@ -105,8 +105,10 @@ CGM_PAPER = {
 }
 # today's configuration (before issue 29) and the new one, timed side by side in one run
 CGM_VARIANTS = {
-    "before (prior jump, max_tree_depth 10)": dict(leaf_proposal="prior", max_tree_depth=10),
-    "now (conditional leaves, max_tree_depth 5)": dict(leaf_proposal="conditional", max_tree_depth=5),
+    "before (prior jump, max_tree_depth 10)": dict(leaf_proposal="prior", split_proposal="prior", max_tree_depth=10),
+    "now (conditional leaves and rules, max_tree_depth 5)": dict(
+        leaf_proposal="conditional", split_proposal="conditional", max_tree_depth=5
+    ),
 }
 PAPER_WARMUP, PAPER_SAMPLES = 200, 800
 LEG_WARMUP = 500

@@ -11,7 +11,10 @@ One iteration (``docs/theory/rjhmc.md``), from topology ``T`` and parameters ``x
    (default): those of the node and its children are drawn from their Gaussian full conditional
    under ``T'`` (both proposal densities enter the ratio); ``"prior"`` (the paper's): the left child
    inherits the grown leaf's mean (slots ``l`` and ``2l+1`` swap, Jacobian 1), the right child
-   takes its padded value;
+   takes its padded value.  A grown node's rule is its padded prior draw, or for regression with
+   ``split_proposal="conditional"`` (default) a draw from cuts scored on the node's rows
+   (:mod:`bdtree_jax.kernels.rjhmc_split`; a prune then redraws the rule from the prior, and
+   both densities enter the ratio);
 4. HMC leg at ``T'``: ``x* -> x''``;
 5. accept ``(T', x'')`` or return to ``(T, x)``.  After warm-up the double-sided acceptance
    ``min{1, pi(T', x*) / pi(T, x') Q}`` (the HMC legs cancel; Q includes ``q_T / q_T'`` of the
@@ -76,12 +79,14 @@ from ..soft import (
     stump,
 )
 from ..tree import node_depths
+from . import rjhmc_split
 from .base import SamplingAlgorithm
 
 __all__ = ["RJHMCConfig", "RJHMCState", "rjhmc", "TopologyProposal", "propose_topology", "feature_sweep"]
 
 SCHEDULES = ("fast", "paper")
 LEAF_PROPOSALS = ("conditional", "prior")
+SPLIT_PROPOSALS = ("conditional", "prior")
 MOVES = ("grow", "prune", "stay")
 
 
@@ -102,6 +107,10 @@ class RJHMCConfig:
         full conditional under the proposed topology (the ratio carries both proposal densities);
         "prior" keeps the paper's jump (the left child inherits the grown leaf's mean, the right
         child takes its padded prior draw).  Classification has no leaf parameters to propose.
+    split_proposal : regression's rule of a grown node: "conditional" draws it from a mixture of
+        the prior and cuts scored by the node's rows (:mod:`bdtree_jax.kernels.rjhmc_split`), a
+        prune redraws the removed rule from the prior, and both densities enter the ratio;
+        "prior" keeps the paper's jump (the rule is the slot's padded prior draw).
     n_classes, concentration, keep_constant : classification likelihood.
     mu_mean, mu_scale, sigma_shape, sigma_scale : regression priors.
     """
@@ -122,6 +131,7 @@ class RJHMCConfig:
     max_tree_depth: int = 10
     target_accept_prob: float = 0.8
     leaf_proposal: str = "conditional"
+    split_proposal: str = "conditional"
     n_classes: int = 2
     concentration: float = 1.0
     keep_constant: bool = True
@@ -140,6 +150,8 @@ class RJHMCConfig:
             raise ValueError(f"{where}schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
         if self.leaf_proposal not in LEAF_PROPOSALS:
             raise ValueError(f"{where}leaf_proposal must be one of {LEAF_PROPOSALS}; got {self.leaf_proposal!r}.")
+        if self.split_proposal not in SPLIT_PROPOSALS:
+            raise ValueError(f"{where}split_proposal must be one of {SPLIT_PROPOSALS}; got {self.split_proposal!r}.")
         if not isinstance(self.max_depth, (int, np.integer)) or not 1 <= self.max_depth <= 10:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):
@@ -492,18 +504,22 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         d = L.T @ (x - mean)
         return -0.5 * d @ d + jnp.sum(jnp.log(jnp.diag(L))) - 1.5 * np.log(2 * np.pi)
 
+    def right_probs(data, c, feature):
+        """(n, M) right probabilities of every slot's rule at ``h_final`` (constrained values ``c``)."""
+        if has_feature(data):
+            return right_prob_df(data["X"], feature, c["tree_tau"], h_final)
+        return right_prob_dfi(data["X"], c["tree_weights"], c["tree_tau"], h_final)
+
     def conditional_leaf_jump(key, data, unravel, transforms, z, is_split, new_split, feature, node, beta):
         """Leaf means of ``node`` and its children redrawn from their conditional under ``new_split``;
-        returns the new ``z`` and ``log q(old | is_split) - log q(new | new_split)``."""
+        returns the new ``z`` and ``log q(old | is_split) - log q(new | new_split)``.  The rules in
+        ``z`` / ``feature`` are those of both topologies (the node's is the one of the side where
+        it splits)."""
         params = unravel(z)
         c = {n: transforms[n](v) for n, v in params.items()}
         n_slots = is_split.shape[-1]
         block = jnp.minimum(jnp.stack([node, 2 * node + 1, 2 * node + 2]), n_slots - 1)
-        X = data["X"]  # the splits do not change at a jump, only which slots split
-        if has_feature(data):
-            psi = right_prob_df(X, feature, c["tree_tau"], h_final)
-        else:
-            psi = right_prob_dfi(X, c["tree_weights"], c["tree_tau"], h_final)
+        psi = right_probs(data, c, feature)
         mean_new, L_new = leaf_block_conditional(data, c, psi, new_split, block, beta)
         mean_old, L_old = leaf_block_conditional(data, c, psi, is_split, block, beta)
         b_old = c["leaf_mean"][block]
@@ -512,6 +528,53 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         leaf = transforms["leaf_mean"]
         params["leaf_mean"] = leaf.inv(c["leaf_mean"].at[block].set(b_new))
         return ravel_pytree(params)[0], log_q
+
+    # -- regression: the rule of a grown node proposed from the data ------------------------------
+    conditional_splits = config.task == "regression" and config.split_proposal == "conditional"
+    split_site = "tree_tau", "tree_weights"
+
+    def log_jacobian(transforms, params):
+        return sum(
+            jnp.sum(transforms[n].log_abs_det_jacobian(params[n], transforms[n](params[n])))
+            for n in split_site if n in params
+        )
+
+    def split_jump(key, data, unravel, transforms, z, is_split, new_split, feature, node, grow, beta):
+        """The node's rule at a grow drawn from :func:`rjhmc_split.propose_rule`, at a prune redrawn
+        from the prior; returns ``(z, feature, log_q)`` with ``log_q`` the log of (reverse / forward)
+        proposal densities in the unconstrained coordinates of ``z``: at a grow
+        ``log p(old) - log q(new)``, at a prune ``log q(old) - log p(new)``."""
+        params = unravel(z)
+        c = {n: transforms[n](v) for n, v in params.items()}
+        oblique = not has_feature(data)
+        n_features = data["X"].shape[1]
+        leafed = jnp.where(grow, is_split, new_split)  # the topology where the node is a leaf
+        weight = leaf_membership(leafed, right_probs(data, c, feature))[:, node]
+        noise_prec = beta / jnp.square(c["sigma"])
+        cand = rjhmc_split.split_candidates(data["X"], data["y"], weight, noise_prec, config.mu_mean, config.mu_scale)
+        k_q, k_p = jax.random.split(key)
+        q_first, q_tau = rjhmc_split.propose_rule(k_q, cand, n_features, oblique)
+        p_first, p_tau = rjhmc_split.prior_rule(k_p, n_features, oblique)
+        new_first, new_tau = jnp.where(grow, q_first, p_first), jnp.where(grow, q_tau, p_tau)
+        old_first = c["tree_weights"][node] if oblique else feature[node]
+        old_tau = c["tree_tau"][node]
+        log_q_old = rjhmc_split.rule_log_density(cand, old_first, old_tau, n_features, oblique)
+        log_q_new = rjhmc_split.rule_log_density(cand, new_first, new_tau, n_features, oblique)
+        log_p_old = rjhmc_split.prior_log_density(old_first, old_tau, n_features, oblique)
+        log_p_new = rjhmc_split.prior_log_density(new_first, new_tau, n_features, oblique)
+        new = dict(params)
+        new["tree_tau"] = params["tree_tau"].at[node].set(
+            transforms["tree_tau"].inv(c["tree_tau"].at[node].set(new_tau))[node]
+        )
+        if oblique:
+            new["tree_weights"] = params["tree_weights"].at[node].set(
+                transforms["tree_weights"].inv(c["tree_weights"].at[node].set(new_first))[node]
+            )
+        else:
+            feature = feature.at[node].set(new_first)
+        log_q = jnp.where(grow, log_p_old - log_q_new, log_q_old - log_p_new)
+        log_q = log_q + log_jacobian(transforms, params) - log_jacobian(transforms, new)
+        return ravel_pytree(new)[0], feature, log_q
 
     # -- kernel functions ---------------------------------------------------------------------------
     def init(key, data):
@@ -546,18 +609,32 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
         beta = state.beta
         f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
-        if conditional_leaves:
-            z_jump, log_q_leaves = conditional_leaf_jump(
-                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z1, is_split, new_split, f1, prop.node, beta
+        z_rule, f_star = z1, f1
+        if conditional_splits:
+            z_rule, f_rule, log_q_rule = split_jump(
+                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, is_split, new_split, f1, prop.node,
+                prop.grow, beta,
             )
+            f_star = jnp.where(topo, f_rule, f1)
+            log_q = log_q + jnp.where(topo, log_q_rule, 0.0)
+        if conditional_leaves:
+            # the leaf block's conditionals need the node's rule where it splits: new at a grow, old at a prune
+            z_psi = jnp.where(prop.grow, z_rule, z1)
+            f_psi = jnp.where(prop.grow, f_star, f1)
+            z_jump, log_q_leaves = conditional_leaf_jump(
+                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z_psi, is_split, new_split, f_psi, prop.node,
+                beta,
+            )
+            if conditional_splits:
+                z_jump = ravel_pytree({**unravel(z_rule), "leaf_mean": unravel(z_jump)["leaf_mean"]})[0]
             z_star = jnp.where(topo, z_jump, z1)
             log_q = log_q + jnp.where(topo, log_q_leaves, 0.0)
         else:
-            z_star = jnp.where(topo, swap_leaf_sites(unravel, z1, prop.node), z1)
-        f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f1, z_star, adapt, t, beta)
+            z_star = jnp.where(topo, swap_leaf_sites(unravel, z_rule, prop.node), z1)
+        f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f_star, z_star, adapt, t, beta)
 
         U = lambda z, s, f: make_pe(data, unravel, s, f, h_final, beta)(z)  # noqa: E731
-        log_unbiased = U(z1, is_split, f1) - U(z_star, new_split, f1) + log_q
+        log_unbiased = U(z1, is_split, f1) - U(z_star, new_split, f_star) + log_q
         log_biased = U(z0, is_split, feature) - U(z2, new_split, f2) + log_q
         log_alpha = jnp.where(warm, log_biased, log_unbiased)
         log_alpha = jnp.where(jnp.isnan(log_alpha), -jnp.inf, log_alpha)

@@ -57,6 +57,10 @@ class RJHMC(MCMCMethod):
         their Gaussian full conditional under the proposed topology ("conditional"), or the
         paper's jump keeps them (the new leaf takes a prior draw: "prior").  Classification has
         no leaf parameters (they are integrated out), so it does not apply.
+    split_proposal : {"conditional", "prior"}, default "conditional"
+        Regression: a grown node's rule is drawn from a mixture of the prior and cuts scored by the
+        marginal likelihood of the node's rows ("conditional"; exact, both directions' densities
+        in the ratio), or is the slot's padded prior draw as in the paper ("prior").
     """
 
     kind: str = "df"
@@ -68,6 +72,7 @@ class RJHMC(MCMCMethod):
     warmup_move_probs: tuple | None = None
     max_tree_depth: int = 10
     leaf_proposal: str = "conditional"
+    split_proposal: str = "conditional"
 
     own_prior: ClassVar[bool] = True
 
@@ -96,6 +101,7 @@ class RJHMC(MCMCMethod):
             warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else (0.5, 0.25, 0.25),
             move_probs=self.move_probs if self.move_probs is not None else (0.2, 0.2, 0.6),
             leg_steps=self.leg_steps, max_tree_depth=self.max_tree_depth, leaf_proposal=self.leaf_proposal,
+            split_proposal=self.split_proposal,
             n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
         )
 
