@@ -53,14 +53,16 @@ def _data(X, y):
 @pytest.mark.slow
 @pytest.mark.parametrize("proposal", ["conditional", "prior"])
 def test_regression_matches_exact_topology_posterior(tiny_regression, proposal):
-    # ~60 s each; "conditional": the leaf means and the new rule from the data (the defaults),
-    # "prior": the paper's jump.  With the proposal densities of the redrawn leaf means, or of the
+    # ~60 s each; "conditional": the leaf means and the new rule from the data (the defaults) and
+    # change moves, "prior": the paper's jump.  With the proposal densities of the redrawn leaf means, or of the
     # proposed rule, left out of the ratio the "conditional" chains fail this (checked).
     kind, X, y, exact = tiny_regression
     if kind == "dfi" and proposal == "prior":
         pytest.skip("the paper's jump is checked on HMC-DF; HMC-DFI's rule proposal is the one to check")
     assert all(0.1 < p < 0.5 for p in exact.values())
-    config = _config(kind=kind, leaf_proposal=proposal, split_proposal=proposal)
+    # "conditional" also runs change moves (a nog node's rule redrawn from the scored cuts)
+    moves = dict(move_probs=(0.2, 0.2, 0.2, 0.4), warmup_move_probs=(0.4, 0.2, 0.2, 0.2)) if proposal == "conditional" else {}
+    config = _config(kind=kind, leaf_proposal=proposal, split_proposal=proposal, **moves)
     traces, _ = run_chains(rjhmc(config), _data(X, y), key=jax.random.key(0),
                            num_chains=CHAINS, num_iterations=WARMUP + KEPT)
     empirical = topology_frequencies(traces["is_split"][:, WARMUP:].reshape(-1, 7))
@@ -100,5 +102,9 @@ def test_bad_leaf_options_raise_before_compiling():
         bd.RJHMC(leaf_proposal="posterior")
     with pytest.raises(ValueError, match="split_proposal"):
         bd.RJHMC(split_proposal="greedy")
+    with pytest.raises(ValueError, match="move_probs.*change"):
+        bd.RJHMC(split_proposal="prior", move_probs=(0.2, 0.2, 0.2, 0.4))
+    with pytest.raises(ValueError, match="move_probs"):
+        bd.RJHMC(move_probs=(0.2, 0.2, 0.2, 0.2, 0.2))
     with pytest.raises(ValueError, match="max_tree_depth"):
         bd.RJHMC(max_tree_depth=0)

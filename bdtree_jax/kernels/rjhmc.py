@@ -78,7 +78,7 @@ from ..soft import (
     right_prob_dfi,
     stump,
 )
-from ..tree import node_depths
+from ..tree import Tree, node_depths, nog_nodes
 from . import rjhmc_split
 from .base import SamplingAlgorithm
 
@@ -87,7 +87,7 @@ __all__ = ["RJHMCConfig", "RJHMCState", "rjhmc", "TopologyProposal", "propose_to
 SCHEDULES = ("fast", "paper")
 LEAF_PROPOSALS = ("conditional", "prior")
 SPLIT_PROPOSALS = ("conditional", "prior")
-MOVES = ("grow", "prune", "stay")
+MOVES = ("grow", "prune", "stay", "change")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,10 @@ class RJHMCConfig:
     h_init, h_final : split sharpness annealed during warm-up (h_final <= h_init).
     schedule : "fast" or "paper" (module docstring).
     num_warmup : RJ warm-up iterations (biased acceptance, warm-up move probabilities, adaptation).
-    warmup_move_probs, move_probs : (grow, prune, stay) in warm-up / sampling.
+    warmup_move_probs, move_probs : (grow, prune, stay), or (grow, prune, change, stay), in warm-up /
+        sampling.  A change (regression, ``split_proposal="conditional"``) redraws the rule of a
+        node whose children are leaves, root included, from the scored cuts, and the leaf means
+        of the node's children from their conditional.
     leg_steps : NUTS transitions per leg ("fast"); leg_warmup : NUTS warm-up per leg ("paper").
     max_tree_depth, target_accept_prob : NUTS settings.
     leaf_proposal : regression's leaf means at a grow or prune (``docs/theory/rjhmc.md``):
@@ -164,13 +167,18 @@ class RJHMCConfig:
             )
         for name in ("warmup_move_probs", "move_probs"):
             p = np.asarray(getattr(self, name), float)
-            if p.shape != (3,) or np.any(~np.isfinite(p)) or np.any(p < 0) or abs(p.sum() - 1) > 1e-6:
+            if p.shape not in ((3,), (4,)) or np.any(~np.isfinite(p)) or np.any(p < 0) or abs(p.sum() - 1) > 1e-6:
                 raise ValueError(
-                    f"{where}{name} must be three probabilities (grow, prune, stay) >= 0 summing to 1; "
-                    f"got {getattr(self, name)!r}."
+                    f"{where}{name} must be three probabilities (grow, prune, stay) or four (grow, prune, "
+                    f"change, stay) >= 0 summing to 1; got {getattr(self, name)!r}."
                 )
             if p[0] + p[1] > 0 and (p[0] == 0 or p[1] == 0):
                 raise ValueError(f"{where}{name}: grow and prune must both be > 0 (or both 0); got {tuple(p)}.")
+            if p.shape == (4,) and p[2] > 0 and not (self.task == "regression" and self.split_proposal == "conditional"):
+                raise ValueError(
+                    f"{where}{name}: a change move (the third of four) needs task='regression' and "
+                    f"split_proposal='conditional'; got {tuple(p)}."
+                )
         for name, lo in (("num_warmup", 0), ("leg_steps", 1), ("leg_warmup", 20), ("max_tree_depth", 1)):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
@@ -317,13 +325,19 @@ TOPOLOGY, FEATURE = "tree_topology", "tree_feature"
 _SPLIT_SITES = ("tree_tau", "tree_weights")
 
 
+def _four_moves(p) -> tuple:
+    """(grow, prune, change, stay) from three (no change) or four move probabilities."""
+    return tuple(p) if len(p) == 4 else (p[0], p[1], 0.0, p[2])
+
+
 @functools.lru_cache(maxsize=32)
 def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
     """The RJHMC-Tree kernel.  ``data = {"X": (n, F) float32 in [0, 1], "y": (n,)}``."""
     model = conditioned(config.model)
     h_final = float(config.h_final)
     M = n_split_slots(config.max_depth)
-    probs = np.array([config.warmup_move_probs, config.move_probs], np.float32)
+    probs = np.array([_four_moves(config.warmup_move_probs), _four_moves(config.move_probs)], np.float32)
+    has_change = bool(np.any(probs[:, 2] > 0))
 
     # -- layout of the continuous parameters (resolved at trace time from a prototype trace) ----
     def layout(data, key=None):
@@ -510,19 +524,19 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             return right_prob_df(data["X"], feature, c["tree_tau"], h_final)
         return right_prob_dfi(data["X"], c["tree_weights"], c["tree_tau"], h_final)
 
-    def conditional_leaf_jump(key, data, unravel, transforms, z, is_split, new_split, feature, node, beta):
-        """Leaf means of ``node`` and its children redrawn from their conditional under ``new_split``;
-        returns the new ``z`` and ``log q(old | is_split) - log q(new | new_split)``.  The rules in
-        ``z`` / ``feature`` are those of both topologies (the node's is the one of the side where
-        it splits)."""
-        params = unravel(z)
+    def conditional_leaf_jump(key, data, unravel, transforms, z_old, z_new, is_split, new_split, f_old, f_new, node,
+                              beta):
+        """Leaf means of ``node`` and its children redrawn from their conditional under ``new_split``
+        with the rules of ``z_new`` / ``f_new`` (the old state: ``is_split``, ``z_old``, ``f_old``);
+        returns ``z_new`` with them and ``log q(old | is_split) - log q(new | new_split)``."""
+        params = unravel(z_new)
         c = {n: transforms[n](v) for n, v in params.items()}
+        c_old = {n: transforms[n](v) for n, v in unravel(z_old).items()}
         n_slots = is_split.shape[-1]
         block = jnp.minimum(jnp.stack([node, 2 * node + 1, 2 * node + 2]), n_slots - 1)
-        psi = right_probs(data, c, feature)
-        mean_new, L_new = leaf_block_conditional(data, c, psi, new_split, block, beta)
-        mean_old, L_old = leaf_block_conditional(data, c, psi, is_split, block, beta)
-        b_old = c["leaf_mean"][block]
+        mean_new, L_new = leaf_block_conditional(data, c, right_probs(data, c, f_new), new_split, block, beta)
+        mean_old, L_old = leaf_block_conditional(data, c_old, right_probs(data, c_old, f_old), is_split, block, beta)
+        b_old = c_old["leaf_mean"][block]
         b_new = mean_new + jax.scipy.linalg.solve_triangular(L_new.T, jax.random.normal(key, (3,)), lower=False)
         log_q = gaussian_log_density(b_old, mean_old, L_old) - gaussian_log_density(b_new, mean_new, L_new)
         leaf = transforms["leaf_mean"]
@@ -531,31 +545,32 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
     # -- regression: the rule of a grown node proposed from the data ------------------------------
     conditional_splits = config.task == "regression" and config.split_proposal == "conditional"
-    split_site = "tree_tau", "tree_weights"
 
     def log_jacobian(transforms, params):
         return sum(
             jnp.sum(transforms[n].log_abs_det_jacobian(params[n], transforms[n](params[n])))
-            for n in split_site if n in params
+            for n in _SPLIT_SITES if n in params
         )
 
-    def split_jump(key, data, unravel, transforms, z, is_split, new_split, feature, node, grow, beta):
-        """The node's rule at a grow drawn from :func:`rjhmc_split.propose_rule`, at a prune redrawn
-        from the prior; returns ``(z, feature, log_q)`` with ``log_q`` the log of (reverse / forward)
-        proposal densities in the unconstrained coordinates of ``z``: at a grow
-        ``log p(old) - log q(new)``, at a prune ``log q(old) - log p(new)``."""
+    def split_jump(key, data, unravel, transforms, z, is_split, feature, node, grow, change, beta):
+        """The node's rule at a grow or change drawn from :func:`rjhmc_split.propose_rule`, at a
+        prune redrawn from the prior; returns ``(z, feature, log_q)`` with ``log_q`` the log of
+        (reverse / forward) proposal densities in the unconstrained coordinates of ``z``: at a grow
+        ``log p(old) - log q(new)``, at a prune ``log q(old) - log p(new)``, at a change
+        ``log q(old) - log q(new)``."""
         params = unravel(z)
         c = {n: transforms[n](v) for n, v in params.items()}
         oblique = not has_feature(data)
         n_features = data["X"].shape[1]
-        leafed = jnp.where(grow, is_split, new_split)  # the topology where the node is a leaf
+        leafed = is_split.at[node].set(False)  # the node's rows: its ancestors' rules
         weight = leaf_membership(leafed, right_probs(data, c, feature))[:, node]
         noise_prec = beta / jnp.square(c["sigma"])
         cand = rjhmc_split.split_candidates(data["X"], data["y"], weight, noise_prec, config.mu_mean, config.mu_scale)
         k_q, k_p = jax.random.split(key)
         q_first, q_tau = rjhmc_split.propose_rule(k_q, cand, n_features, oblique)
         p_first, p_tau = rjhmc_split.prior_rule(k_p, n_features, oblique)
-        new_first, new_tau = jnp.where(grow, q_first, p_first), jnp.where(grow, q_tau, p_tau)
+        from_q = grow | change
+        new_first, new_tau = jnp.where(from_q, q_first, p_first), jnp.where(from_q, q_tau, p_tau)
         old_first = c["tree_weights"][node] if oblique else feature[node]
         old_tau = c["tree_tau"][node]
         log_q_old = rjhmc_split.rule_log_density(cand, old_first, old_tau, n_features, oblique)
@@ -572,7 +587,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             )
         else:
             feature = feature.at[node].set(new_first)
-        log_q = jnp.where(grow, log_p_old - log_q_new, log_q_old - log_p_new)
+        log_q = jnp.where(grow, log_p_old, log_q_old) - jnp.where(from_q, log_q_new, log_p_new)
         log_q = log_q + log_jacobian(transforms, params) - log_jacobian(transforms, new)
         return ravel_pytree(new)[0], feature, log_q
 
@@ -606,31 +621,33 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         topo = topo & jnp.isfinite(prop.log_q_ratio)
         log_q = jnp.where(topo, prop.log_q_ratio, 0.0)
         new_split = jnp.where(topo, prop.is_split, is_split)
+        node, grow = prop.node, topo & prop.grow
+        change = jnp.bool_(False)
+        if has_change:  # the rule of a node whose children are leaves (root included); Q = 1
+            change = (u >= p[0] + p[1]) & (u < p[0] + p[1] + p[2])
+            changeable = nog_nodes(Tree(is_split, None, None))
+            change_node = jax.random.categorical(jax.random.fold_in(k_prop, 3), jnp.where(changeable, 0.0, -jnp.inf))
+            node = jnp.where(change, change_node, node)
+        jump = topo | change
 
         beta = state.beta
         f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
         z_rule, f_star = z1, f1
         if conditional_splits:
             z_rule, f_rule, log_q_rule = split_jump(
-                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, is_split, new_split, f1, prop.node,
-                prop.grow, beta,
+                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, is_split, f1, node, grow, change, beta
             )
-            f_star = jnp.where(topo, f_rule, f1)
-            log_q = log_q + jnp.where(topo, log_q_rule, 0.0)
+            f_star = jnp.where(jump, f_rule, f1)
+            log_q = log_q + jnp.where(jump, log_q_rule, 0.0)
         if conditional_leaves:
-            # the leaf block's conditionals need the node's rule where it splits: new at a grow, old at a prune
-            z_psi = jnp.where(prop.grow, z_rule, z1)
-            f_psi = jnp.where(prop.grow, f_star, f1)
             z_jump, log_q_leaves = conditional_leaf_jump(
-                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z_psi, is_split, new_split, f_psi, prop.node,
-                beta,
+                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z1, z_rule, is_split, new_split, f1, f_star,
+                node, beta,
             )
-            if conditional_splits:
-                z_jump = ravel_pytree({**unravel(z_rule), "leaf_mean": unravel(z_jump)["leaf_mean"]})[0]
-            z_star = jnp.where(topo, z_jump, z1)
-            log_q = log_q + jnp.where(topo, log_q_leaves, 0.0)
+            z_star = jnp.where(jump, z_jump, z1)
+            log_q = log_q + jnp.where(jump, log_q_leaves, 0.0)
         else:
-            z_star = jnp.where(topo, swap_leaf_sites(unravel, z_rule, prop.node), z1)
+            z_star = jnp.where(topo, swap_leaf_sites(unravel, z_rule, node), jnp.where(change, z_rule, z1))
         f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f_star, z_star, adapt, t, beta)
 
         U = lambda z, s, f: make_pe(data, unravel, s, f, h_final, beta)(z)  # noqa: E731
@@ -644,7 +661,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         feature = jnp.where(accepted, f2, feature)
         z = jnp.where(accepted, z2, z0)
         log_lik, log_prior = log_terms(data, unravel, transforms, z, is_split, feature)
-        move = jnp.where(topo, jnp.where(prop.grow, 0, 1), 2).astype(jnp.int8)
+        move = jnp.where(topo, jnp.where(prop.grow, 0, 1), jnp.where(change, 3, 2)).astype(jnp.int8)
         new_state = RJHMCState(state.iteration + 1, is_split, feature, z, adapt, t, log_lik, log_prior, beta)
         info = dict(
             accepted=accepted, move=move, log_alpha=jnp.minimum(log_alpha, 0.0).astype(jnp.float32),

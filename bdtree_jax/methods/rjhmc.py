@@ -44,10 +44,12 @@ class RJHMC(MCMCMethod):
         annealed from ``h_init`` down to ``h_final`` during warm-up.
     leg_steps : int >= 1, default 4
         NUTS transitions per leg ("fast").
-    move_probs : (3,) tuple or None
-        (grow, prune, stay) after warm-up; None: (0.2, 0.2, 0.6).
-    warmup_move_probs : (3,) tuple or None
-        (grow, prune, stay) during warm-up; None: (0.5, 0.25, 0.25).
+    move_probs : (3,) or (4,) tuple or None
+        (grow, prune, stay) or (grow, prune, change, stay) after warm-up; None: (0.2, 0.2, 0.6).
+        A change (regression with ``split_proposal="conditional"``) redraws the rule of a node
+        whose children are leaves from the scored cuts; the cgm configs use (0.2, 0.2, 0.2, 0.4).
+    warmup_move_probs : (3,) or (4,) tuple or None
+        The same during warm-up; None: (0.5, 0.25, 0.25).
     max_tree_depth : int >= 1, default 10
         NUTS's largest trajectory doubling (at most ``2**max_tree_depth - 1`` gradients per
         transition).  At sharp ``h`` on gridded inputs trajectories hit it: the cgm configs use 5
@@ -83,7 +85,8 @@ class RJHMC(MCMCMethod):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         try:
-            self.config("classification", max_depth=1, num_warmup=0)
+            changes = any(p is not None and len(p) == 4 and p[2] > 0 for p in (self.move_probs, self.warmup_move_probs))
+            self.config("regression" if changes else "classification", max_depth=1, num_warmup=0)
         except (ValueError, TypeError) as e:
             raise ValueError(str(e).removeprefix("RJHMCConfig: ")) from None
 
