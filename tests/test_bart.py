@@ -546,6 +546,18 @@ def test_grow_prune_count_batch_never_changes_a_draw(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def test_posterior_copies_the_trees_only_after_a_warmup():
+    """The posterior keeps a run's recorded trees as they are without a warm-up (no copy of ~100 kB
+    a draw) and copies the kept ones after one (so the warm-up's trees can be released)."""
+    from bdtree_jax.posterior.bart import _kept
+
+    a = np.arange(24, dtype=np.int16).reshape(2, 6, 2)
+    assert _kept(a, 0) is a
+    kept = _kept(a, 2)
+    np.testing.assert_array_equal(kept, a[:, 2:])
+    assert kept.dtype == a.dtype and not np.shares_memory(kept, a)
+
+
 def test_leaf_dtype_rounds_only_the_record():
     """``leaf_dtype="bfloat16"``: the same chain (the sampler works in float32: same trees and
     sigma draws), the kept leaf values are the float32 run's rounded to bfloat16 (2 bytes each),
