@@ -523,8 +523,8 @@ def test_grow_prune_count_batch_never_changes_a_draw(monkeypatch):
     remainder)."""
     from bdtree_jax.problem.bart import build_bart_problem
 
-    assert bart.count_batch(200, 1_000) == 200 and bart.count_batch(200, 100_000) == bart.COUNT_BATCH
-    assert bart.count_batch(10, 100) == 10
+    assert bart.count_batch(200, 1_000) == 200 and bart.count_batch(200, 10_000) == bart.COUNT_BATCH
+    assert bart.count_batch(10, 100) == 10 and bart.count_batch(10, 10**6) == 10
     rng = np.random.default_rng(3)
     X, f = _friedman(300, rng)
     data = build_bart_problem(X, f + rng.normal(size=300), n_trees=200).data

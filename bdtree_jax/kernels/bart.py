@@ -102,11 +102,11 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
-#: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time: at
-#: least COUNT_BATCH (the (batch, n) masks stay in cache at large n), up to COUNT_ELEMENTS masked rows
-#: (few batches amortise XLA's per-operation cost at small n: a fifth of a sweep at 1,000 rows).
+#: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time:
+#: COUNT_BATCH (the (batch, n) masks stay in cache at large n), or all trees at once when they mask
+#: at most COUNT_ELEMENTS rows (one batch amortises XLA's per-operation cost: a fifth of a sweep at 1k rows).
 COUNT_BATCH = 16
-COUNT_ELEMENTS = 2**18
+COUNT_ELEMENTS = 2**19
 
 
 @dataclass(frozen=True)
@@ -548,7 +548,7 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
 
 def count_batch(n_trees: int, n_rows: int) -> int:
     """Trees per batch of :func:`_grow_prune_prepare`'s row counts (exact: never changes a draw)."""
-    return int(min(n_trees, max(COUNT_BATCH, COUNT_ELEMENTS // max(n_rows, 1))))
+    return int(n_trees if n_trees * n_rows <= COUNT_ELEMENTS else min(COUNT_BATCH, n_trees))
 
 
 def _count_true(mask: Array) -> Array:
