@@ -494,9 +494,9 @@ def test_grow_prune_sweep_is_tree_by_tree_cgm(valid_cuts, min_leaf_size):
 
 def test_grow_prune_sweep_builds_no_per_tree_row_arrays():
     """The compiled sweep's temporary memory (XLA's own accounting, compile only) grows with the
-    rows as a few (n,) arrays, one (COUNT_BATCH, n) batch of masks and the loop's copy of the kept
+    rows as a few (n,) arrays, one (count_batch, n) batch of masks and the loop's copy of the kept
     uint8 leaves (M n bytes), not as (trees, n) arrays built per sweep: at n = 20,000 rows and 200
-    trees it stays under M n + (32 + 4 COUNT_BATCH) n + 64 M N bytes and under 2 bytes per row and
+    trees it stays under M n + (32 + 4 count_batch) n + 64 M N bytes and under 2 bytes per row and
     tree (the sweep before this design built several (M, n) int16 arrays: 12 bytes per row and
     tree)."""
     from bdtree_jax.problem.bart import build_bart_problem
@@ -512,8 +512,50 @@ def test_grow_prune_sweep_builds_no_per_tree_row_arrays():
     step = jax.jit(lambda k, s: bart.step(k, s, data, config), donate_argnums=1)
     temp = step.lower(jax.random.key(0), state).compile().memory_analysis().temp_size_in_bytes
     N = 2 ** (config.max_depth + 1) - 1
-    bound = M * n + (32 + 4 * bart.COUNT_BATCH) * n + 64 * M * N
+    bound = M * n + (32 + 4 * bart.count_batch(M, n)) * n + 64 * M * N
     assert temp <= bound and temp < 2 * M * n, (temp, bound)
+
+
+def test_grow_prune_count_batch_never_changes_a_draw(monkeypatch):
+    """The grow proposals' rows are counted all trees at once at small n and COUNT_BATCH trees at
+    a time at large n (``count_batch``); the counts are exact integers, so a sweep's draws are
+    bit-identical whatever the batch (here 200 trees in batches of 200, then of 16 with an 8-tree
+    remainder)."""
+    from bdtree_jax.problem.bart import build_bart_problem
+
+    assert bart.count_batch(200, 1_000) == 200 and bart.count_batch(200, 10_000) == bart.COUNT_BATCH
+    assert bart.count_batch(10, 100) == 10 and bart.count_batch(10, 10**6) == 10
+    rng = np.random.default_rng(3)
+    X, f = _friedman(300, rng)
+    data = build_bart_problem(X, f + rng.normal(size=300), n_trees=200).data
+    config = bart.BARTConfig(n_trees=200)
+
+    def run():
+        state = bart.init(None, data, config)
+        advance = jax.jit(lambda k, s: bart.step(k, s, data, config)[0])
+        for i in range(8):
+            state = advance(jax.random.key(i), state)
+        return state
+
+    one_batch = run()
+    monkeypatch.setattr(bart, "COUNT_ELEMENTS", 0)
+    assert bart.count_batch(200, 300) == bart.COUNT_BATCH
+    batched = run()
+    assert np.any(one_batch.trees.tree.is_split)
+    for a, b in zip(jax.tree.leaves(one_batch), jax.tree.leaves(batched)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_posterior_copies_the_trees_only_after_a_warmup():
+    """The posterior keeps a run's recorded trees as they are without a warm-up (no copy of ~100 kB
+    a draw) and copies the kept ones after one (so the warm-up's trees can be released)."""
+    from bdtree_jax.posterior.bart import _kept
+
+    a = np.arange(24, dtype=np.int16).reshape(2, 6, 2)
+    assert _kept(a, 0) is a
+    kept = _kept(a, 2)
+    np.testing.assert_array_equal(kept, a[:, 2:])
+    assert kept.dtype == a.dtype and not np.shares_memory(kept, a)
 
 
 def test_leaf_dtype_rounds_only_the_record():

@@ -88,8 +88,8 @@ from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "COUNT_BATCH", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
-    "bart", "draw", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step", "step_with_draws",
+    "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "COUNT_BATCH", "COUNT_ELEMENTS", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
+    "bart", "count_batch", "draw", "draw_latents", "geweke_step", "init", "prior_draw", "simulate_y", "step", "step_with_draws",
     "trace",
 ]
 
@@ -102,9 +102,11 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
 CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
-#: Trees whose grow proposals' rows the grow-prune sweep counts together (larger batches amortise
-#: XLA's per-operation cost at small n, smaller ones keep the (batch, n) masks in cache).
+#: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time:
+#: COUNT_BATCH (the (batch, n) masks stay in cache at large n), or all trees at once when they mask
+#: at most COUNT_ELEMENTS rows (one batch amortises XLA's per-operation cost: a fifth of a sweep at 1k rows).
 COUNT_BATCH = 16
+COUNT_ELEMENTS = 2**19
 
 
 @dataclass(frozen=True)
@@ -515,9 +517,9 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
         x = jax.lax.dynamic_index_in_dim(bins, feature, axis=0, keepdims=False)
         return _count_true((leaf == node) & (x <= cut))
 
-    # COUNT_BATCH trees at a time: their (COUNT_BATCH, n) masks stay in cache
+    # count_batch trees at a time: their (batch, n) masks stay in cache
     grown_left = jax.lax.map(count_left, (trees.leaf_id, node, props.feature, props.cut),
-                             batch_size=min(COUNT_BATCH, node.shape[0])).astype(jnp.float32)
+                             batch_size=count_batch(*trees.leaf_id.shape)).astype(jnp.float32)
     n_left = jnp.where(splits, grown_left, jnp.take_along_axis(kept, left_child[:, None], axis=1)[:, 0])
     n_node = jnp.take_along_axis(kept, node[:, None], axis=1)[:, 0]
     n_kids = jnp.stack([n_left, n_node - n_left], axis=1)  # (M, 2)
@@ -542,6 +544,11 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
     xs = (possible, rest, jnp.log(uniforms[:, 4]), old_fine, counts, mean_factor, sd * normals, gain_counts, b,
           node_factor, node_draw)
     return xs, props
+
+
+def count_batch(n_trees: int, n_rows: int) -> int:
+    """Trees per batch of :func:`_grow_prune_prepare`'s row counts (exact: never changes a draw)."""
+    return int(n_trees if n_trees * n_rows <= COUNT_ELEMENTS else min(COUNT_BATCH, n_trees))
 
 
 def _count_true(mask: Array) -> Array:
