@@ -177,7 +177,7 @@ class RJHMCConfig:
             if p.shape == (4,) and p[2] > 0 and not (self.task == "regression" and self.split_proposal == "conditional"):
                 raise ValueError(
                     f"{where}{name}: a change move (the third of four) needs task='regression' and "
-                    f"split_proposal='conditional'; got {tuple(p)}."
+                    f"split_proposal='conditional'; got {getattr(self, name)!r}."
                 )
         for name, lo in (("num_warmup", 0), ("leg_steps", 1), ("leg_warmup", 20), ("max_tree_depth", 1)):
             v = getattr(self, name)
@@ -497,6 +497,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
     # -- regression: the leaf means of a grown / pruned node drawn from their full conditional ----
     conditional_leaves = config.task == "regression" and config.leaf_proposal == "conditional"
+    conditional_splits = config.task == "regression" and config.split_proposal == "conditional"
 
     def leaf_block_conditional(data, c, psi, is_split, block, beta):
         """Gaussian full conditional of ``leaf_mean[block]`` (3,) under topology ``is_split`` given
@@ -524,18 +525,20 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             return right_prob_df(data["X"], feature, c["tree_tau"], h_final)
         return right_prob_dfi(data["X"], c["tree_weights"], c["tree_tau"], h_final)
 
-    def conditional_leaf_jump(key, data, unravel, transforms, z_old, z_new, is_split, new_split, f_old, f_new, node,
-                              beta):
+    def conditional_leaf_jump(key, data, unravel, transforms, c_old, psi_old, z_new, is_split, new_split, f_new,
+                              node, beta):
         """Leaf means of ``node`` and its children redrawn from their conditional under ``new_split``
-        with the rules of ``z_new`` / ``f_new`` (the old state: ``is_split``, ``z_old``, ``f_old``);
-        returns ``z_new`` with them and ``log q(old | is_split) - log q(new | new_split)``."""
+        with the rules of ``z_new`` / ``f_new`` (the old state: ``is_split``, constrained values
+        ``c_old`` and their right probabilities ``psi_old``); returns ``z_new`` with them and
+        ``log q(old | is_split) - log q(new | new_split)``."""
         params = unravel(z_new)
         c = {n: transforms[n](v) for n, v in params.items()}
-        c_old = {n: transforms[n](v) for n, v in unravel(z_old).items()}
         n_slots = is_split.shape[-1]
         block = jnp.minimum(jnp.stack([node, 2 * node + 1, 2 * node + 2]), n_slots - 1)
-        mean_new, L_new = leaf_block_conditional(data, c, right_probs(data, c, f_new), new_split, block, beta)
-        mean_old, L_old = leaf_block_conditional(data, c_old, right_probs(data, c_old, f_old), is_split, block, beta)
+        # the rules differ from the old ones only where a rule is proposed
+        psi_new = right_probs(data, c, f_new) if conditional_splits else psi_old
+        mean_new, L_new = leaf_block_conditional(data, c, psi_new, new_split, block, beta)
+        mean_old, L_old = leaf_block_conditional(data, c_old, psi_old, is_split, block, beta)
         b_old = c_old["leaf_mean"][block]
         b_new = mean_new + jax.scipy.linalg.solve_triangular(L_new.T, jax.random.normal(key, (3,)), lower=False)
         log_q = gaussian_log_density(b_old, mean_old, L_old) - gaussian_log_density(b_new, mean_new, L_new)
@@ -544,7 +547,6 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         return ravel_pytree(params)[0], log_q
 
     # -- regression: the rule of a grown node proposed from the data ------------------------------
-    conditional_splits = config.task == "regression" and config.split_proposal == "conditional"
 
     def log_jacobian(transforms, params):
         return sum(
@@ -552,18 +554,18 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
             for n in _SPLIT_SITES if n in params
         )
 
-    def split_jump(key, data, unravel, transforms, z, is_split, feature, node, grow, change, beta):
+    def split_jump(key, data, unravel, transforms, z, c, psi, is_split, feature, node, grow, change, beta):
         """The node's rule at a grow or change drawn from :func:`rjhmc_split.propose_rule`, at a
-        prune redrawn from the prior; returns ``(z, feature, log_q)`` with ``log_q`` the log of
-        (reverse / forward) proposal densities in the unconstrained coordinates of ``z``: at a grow
+        prune redrawn from the prior (``c``: ``z``'s constrained values, ``psi`` their right
+        probabilities); returns ``(z, feature, log_q)`` with ``log_q`` the log of (reverse /
+        forward) proposal densities in the unconstrained coordinates of ``z``: at a grow
         ``log p(old) - log q(new)``, at a prune ``log q(old) - log p(new)``, at a change
         ``log q(old) - log q(new)``."""
         params = unravel(z)
-        c = {n: transforms[n](v) for n, v in params.items()}
         oblique = not has_feature(data)
         n_features = data["X"].shape[1]
         leafed = is_split.at[node].set(False)  # the node's rows: its ancestors' rules
-        weight = leaf_membership(leafed, right_probs(data, c, feature))[:, node]
+        weight = leaf_membership(leafed, psi)[:, node]
         noise_prec = beta / jnp.square(c["sigma"])
         cand = rjhmc_split.split_candidates(data["X"], data["y"], weight, noise_prec, config.mu_mean, config.mu_scale)
         k_q, k_p = jax.random.split(key)
@@ -633,15 +635,19 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         beta = state.beta
         f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
         z_rule, f_star = z1, f1
+        if conditional_splits or conditional_leaves:
+            c1 = {n: transforms[n](v) for n, v in unravel(z1).items()}
+            psi1 = right_probs(data, c1, f1)
         if conditional_splits:
             z_rule, f_rule, log_q_rule = split_jump(
-                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, is_split, f1, node, grow, change, beta
+                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, c1, psi1, is_split, f1, node, grow, change,
+                beta,
             )
             f_star = jnp.where(jump, f_rule, f1)
             log_q = log_q + jnp.where(jump, log_q_rule, 0.0)
         if conditional_leaves:
             z_jump, log_q_leaves = conditional_leaf_jump(
-                jax.random.fold_in(k_prop, 1), data, unravel, transforms, z1, z_rule, is_split, new_split, f1, f_star,
+                jax.random.fold_in(k_prop, 1), data, unravel, transforms, c1, psi1, z_rule, is_split, new_split, f_star,
                 node, beta,
             )
             z_star = jnp.where(jump, z_jump, z1)

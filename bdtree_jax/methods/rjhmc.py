@@ -85,8 +85,9 @@ class RJHMC(MCMCMethod):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         try:
-            changes = any(p is not None and len(p) == 4 and p[2] > 0 for p in (self.move_probs, self.warmup_move_probs))
-            self.config("regression" if changes else "classification", max_depth=1, num_warmup=0)
+            # regression accepts every option classification does, and change moves too (a
+            # classifier with them is refused when its kernel is built, before compiling)
+            self.config("regression", max_depth=1, num_warmup=0)
         except (ValueError, TypeError) as e:
             raise ValueError(str(e).removeprefix("RJHMCConfig: ")) from None
 
