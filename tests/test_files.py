@@ -25,6 +25,7 @@ from bdtree_jax import _files, driver
 from bdtree_jax._checkpoint import _read_checkpoint, _write_checkpoint
 from bdtree_jax.posterior import PCFGPosterior, SMCPosterior
 
+DATA = pathlib.Path(__file__).parent / "data"
 RUN = dict(num_warmup=3, num_samples=4, num_chains=2, seed=0, progress=False)
 
 
@@ -202,14 +203,14 @@ def test_what_the_format_cannot_store_is_named_before_writing(tmp_path):
 def test_a_checkpoint_write_interrupted_half_way_leaves_the_previous_one(tmp_path, monkeypatch):
     path = tmp_path / "run.ckpt"
     _write_checkpoint(path, "ident", 1, [np.zeros(4)], None)
-    real_savez = np.savez
+    real_write = _files._write_npz
 
-    def half_then_killed(fh, **entries):
-        real_savez(fh, **entries)
+    def half_then_killed(fh, entries, compress):
+        real_write(fh, entries, compress)
         fh.truncate(fh.tell() // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_files.np, "savez", half_then_killed)
+    monkeypatch.setattr(_files, "_write_npz", half_then_killed)
     with pytest.raises(KeyboardInterrupt):
         _write_checkpoint(path, "ident", 2, [np.ones(4)], None)
     monkeypatch.undo()
@@ -392,3 +393,166 @@ def test_bart_posteriors_round_trip(iris, tmp_path):
     clf = bd.BARTClassifier(n_trees=3, **RUN).fit(X, y == y[0]).posterior_
     back = _round_trip(clf, tmp_path)
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+
+
+# -- issue #38: reading is bounded, values are checked ------------------------------------------------
+
+
+def _replace_entry(src, dst, name, data: bytes, compress=zipfile.ZIP_STORED):
+    """Copy the archive ``src`` to ``dst`` with the entry ``name`` (e.g. "a0.npy") holding ``data``."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            body = data if info.filename == name else zin.read(info)
+            zout.writestr(info.filename, body, compress_type=compress if info.filename == name else info.compress_type)
+
+
+def _npy_header(shape, dtype) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def test_an_entry_declaring_2_42_floats_is_refused_without_allocating(saved, tmp_path):
+    """A 128-byte entry whose .npy header declares 2**42 float64 (32 TiB): bdtree_jax 6c1851c
+    (np.load) tried to allocate them (MemoryError); now its size is checked against the entry's."""
+    post, _ = saved
+    bad = tmp_path / "huge.npz"
+    header = _npy_header((2**42,), np.float64)
+    assert len(header) <= 128
+    _replace_entry(post, bad, "a0.npy", header)
+    with pytest.raises(bd.BdtreeFileError, match=r"declares a float64 array of shape \(4398046511104,\).*holds 0 bytes"):
+        bd.Posterior.load(bad)
+
+
+def test_a_deflated_entry_larger_than_its_header_declares_is_refused(saved, tmp_path):
+    """A deflated entry whose .npy header declares 10 floats but which expands to 64 MB."""
+    post, _ = saved
+    bad = tmp_path / "bomb.npz"
+    _replace_entry(post, bad, "a0.npy", _npy_header((10,), np.float64) + bytes(64 * 2**20), zipfile.ZIP_DEFLATED)
+    assert bad.stat().st_size < 2**20
+    with pytest.raises(bd.BdtreeFileError, match=r"declares a float64 array of shape \(10,\)"):
+        bd.Posterior.load(bad)
+
+
+def _large_zero_entry(saved, tmp_path, mb: int):
+    """The posterior file with its first array replaced by ``mb`` MB of deflated zeros (a header
+    that tells the truth), the checksum left as it was (so it no longer matches)."""
+    post, _ = saved
+    with np.load(post) as z:
+        dtype = z["a0"].dtype
+    n = mb * 2**20 // dtype.itemsize
+    bad = tmp_path / "zeros.npz"
+    _replace_entry(post, bad, "a0.npy", _npy_header((n,), dtype) + bytes(n * dtype.itemsize), zipfile.ZIP_DEFLATED)
+    return bad
+
+
+def test_the_checksum_is_verified_before_any_large_array_is_built(saved, tmp_path):
+    """A small file whose deflated entry holds 96 MB and whose checksum does not match: rejected
+    with at most a few MB allocated (6c1851c built every array first, then checked the checksum)."""
+    import tracemalloc
+
+    bad = _large_zero_entry(saved, tmp_path, 96)
+    assert bad.stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(bd.BdtreeFileError, match="checksum does not match"):
+            bd.Posterior.load(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak
+
+
+def test_a_file_declaring_more_than_the_cap_is_refused(saved, tmp_path, monkeypatch):
+    bad = _large_zero_entry(saved, tmp_path, 8)
+    monkeypatch.setenv(_files.MAX_BYTES_ENV, str(2**20))
+    with pytest.raises(bd.BdtreeFileError, match=rf"more than the 1,048,576 bytes a file may hold here"):
+        bd.Posterior.load(bad)
+    monkeypatch.setenv(_files.MAX_BYTES_ENV, str(2**30))
+    with pytest.raises(bd.BdtreeFileError, match="checksum does not match"):
+        bd.Posterior.load(bad)
+
+
+def _unchecked(cls, **fields):
+    """An instance of the frozen dataclass ``cls`` with ``fields``, its validation bypassed."""
+    obj = object.__new__(cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for k, v in {**defaults, **fields}.items():
+        object.__setattr__(obj, k, v)
+    return obj
+
+
+def test_dataclasses_read_back_are_validated(hard, tmp_path):
+    """A posterior whose TreePrior says max_depth=10**9, alpha=7.5 (a value its constructor
+    refuses) is written by the ordinary writer; 6c1851c loaded it, now it is a BdtreeFileError."""
+    path = tmp_path / "bad_prior.npz"
+    for fields, match in ((dict(max_depth=10**9, alpha=7.5), r"\(max_depth=1000000000 is over the cap of 14"), (dict(alpha=7.5), r"\(alpha must be in \(0, 1\)")):
+        bad = dataclasses.replace(hard)
+        object.__setattr__(bad, "prior", _unchecked(bd.TreePrior, **fields))
+        bad.save(path)
+        with pytest.raises(bd.BdtreeFileError, match=r"its TreePrior holds an invalid value " + match):
+            bd.Posterior.load(path)
+    # a leaf model (no __post_init__: the checks of build_problem) and a BART configuration
+    lik = object.__new__(bd.NormalMeanShift)
+    for k, v in dict(nu=-1.0, lam=1.0, a=1.0, mu_bar=0.0).items():
+        object.__setattr__(lik, k, v)
+    config = bd.kernels.bart.BARTConfig(n_trees=3)
+    object.__setattr__(config, "max_depth", 10**9)
+    for obj, match in ((lik, r"NormalMeanShift holds an invalid value \(nu must be a finite number > 0"),
+                       (config, r"BARTConfig holds an invalid value \(max_depth must be")):
+        _write_checkpoint(tmp_path / "c.ckpt", "ident", 1, [], {"x": obj})
+        with pytest.raises(bd.BdtreeFileError, match=match):
+            _read_checkpoint(tmp_path / "c.ckpt", "ident")
+
+
+# -- issue #38: compact BART posterior files ---------------------------------------------------------------
+
+
+def test_bart_posterior_file_is_compact(iris, tmp_path):
+    """Trees as bits and their splits' rules, leaf values only at leaves, deflated.  The 3-tree
+    posterior of tests/data (written by 6c1851c) with its 2 x 4 draws repeated to 2 x 40: its padded
+    trees and leaf values hold 2 * 40 * 3 * 63 slots * 7 bytes = 106 kB (6c1851c wrote them whole);
+    the file's arrays now hold under a fifth of that before deflating, and it predicts the same
+    after loading.  (A fit of n = 250 rows, 200 trees, 1,000 draws: 100.9 MB before, 2.2 MB now.)"""
+    X, _ = iris
+    old = bd.BARTPosterior.load(DATA / "v1_bart_regressor.npz")
+    tile = lambda a: np.concatenate([a] * 10, axis=1)
+    post = dataclasses.replace(old, trees=jax.tree.map(tile, old.trees), leaf_values=tile(old.leaf_values),
+                               stats={k: tile(v) for k, v in old.stats.items()})
+    path = tmp_path / "bart.npz"
+    post.save(path)
+    padded = sum(a.nbytes for a in post.trees) + post.leaf_values.nbytes
+    assert padded == 2 * 40 * 3 * 63 * 7
+    with zipfile.ZipFile(path) as z:
+        assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist())
+        trees = json.loads(np.load(path)["header"].tobytes())["content"]["fields"][:2]
+        entries = [int(i) for i in re.findall(r'"i": (\d+)', json.dumps(trees))]  # trees and leaf values
+        stored = sum(z.getinfo(f"a{i}.npy").file_size for i in entries)
+    assert stored < padded / 5, (stored, padded)
+    assert path.stat().st_size < padded / 2, (path.stat().st_size, padded)  # 6c1851c: 1.07 x padded
+    header = json.loads(np.load(path)["header"].tobytes())
+    assert header["format_version"] == 2
+    back = bd.BARTPosterior.load(path)
+    _same(post, back)
+    np.testing.assert_array_equal(back.predict(X.iloc[:, 1:]), post.predict(X.iloc[:, 1:]))
+
+
+
+def test_bart_files_of_format_version_1_still_load(iris, tmp_path):
+    """Files written by bdtree_jax 6c1851c (format version 1: padded trees, stored) load, predict
+    what they predicted then, and save again as version 2 to the same posterior."""
+    X, _ = iris
+    expected = json.loads((DATA / "v1_bart_expected.json").read_text())
+    for name, cls in (("regressor", bd.BARTPosterior), ("classifier", bd.BARTClassifierPosterior)):
+        path = DATA / f"v1_bart_{name}.npz"
+        assert json.loads(np.load(path)["header"].tobytes())["format_version"] == 1
+        old = cls.load(path)
+        assert type(old) is cls
+        got = old.predict(X.iloc[:, 1:]) if name == "regressor" else old.predict_proba(X)
+        np.testing.assert_allclose(got, expected["regressor_predict" if name == "regressor" else "classifier_proba"],
+                                   rtol=1e-6, atol=1e-9)
+        again = _round_trip(old, tmp_path)
+        assert json.loads(np.load(tmp_path / f"{cls.__name__}.npz")["header"].tobytes())["format_version"] == 2
+        _same(old, again)

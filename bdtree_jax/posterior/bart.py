@@ -12,6 +12,7 @@ bfloat16 halve them); predictions compute in float32.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._files import leaf_mask
 from .._types import Array
 from ..data import SplitGrid
 from ..problem.bart import BARTProblem
@@ -98,6 +100,45 @@ class BARTPosterior(Saveable):
     train_bins: np.ndarray | None = None
     y_train: np.ndarray | None = None
     feature_names: list | None = None
+
+    # -- saving: the leaf values only at the leaves (format version 2, docs/files.md) --------------
+
+    def _file_fields(self) -> dict:
+        """The fields :meth:`save` writes: ``leaf_values`` as ``{"at_leaves": (L,) values}``, the
+        values at the trees' leaves in heap order (the other slots hold 0, as the kernel records
+        them), when that loses nothing; the trees themselves go compact in the file format."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values, is_split = np.asarray(self.leaf_values), np.asarray(self.trees.is_split)
+        if values.shape == is_split.shape:
+            leaf = leaf_mask(is_split)
+            off = np.ascontiguousarray(values[~leaf])
+            if not (off.size and off.view(np.uint8).any()):
+                fields["leaf_values"] = {"at_leaves": values[leaf]}
+        return fields
+
+    @classmethod
+    def _file_restore(cls, fields: dict) -> dict:
+        """The inverse of :meth:`_file_fields` (a file of format version 1 holds ``leaf_values``
+        whole and passes through), with the shapes checked: trees and leaf values ``(C, S, M, N)``,
+        stats ``(C, S)``."""
+        values, trees = fields.get("leaf_values"), fields.get("trees")
+        is_split = getattr(trees, "is_split", None)
+        if not isinstance(is_split, np.ndarray) or is_split.ndim != 4:
+            raise ValueError(f"its trees are not a (chains, draws, trees, nodes) stack")
+        if isinstance(values, dict):
+            at = values.get("at_leaves")
+            leaf = leaf_mask(is_split)
+            if not isinstance(at, np.ndarray) or at.shape != (int(leaf.sum()),):
+                raise ValueError(f"{getattr(at, 'shape', None)} leaf values for {int(leaf.sum())} leaves")
+            values = np.zeros(is_split.shape, at.dtype)
+            values[leaf] = at
+            fields = dict(fields, leaf_values=values)
+        if not isinstance(values, np.ndarray) or values.shape != is_split.shape:
+            raise ValueError(f"leaf values of shape {getattr(values, 'shape', None)} for trees {is_split.shape}")
+        for k, v in (fields.get("stats") or {}).items():
+            if np.shape(v) != is_split.shape[:2]:
+                raise ValueError(f"stats[{k!r}] has shape {np.shape(v)}, not (chains, draws) {is_split.shape[:2]}")
+        return fields
 
     @property
     def num_chains(self) -> int:
