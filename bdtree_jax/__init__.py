@@ -17,7 +17,7 @@ from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .posterior import BARTClassifierPosterior, BARTPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
-from .api import sample  # noqa: E402
+from .api import load, sample  # noqa: E402
 from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noqa: E402
 from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
@@ -60,6 +60,7 @@ __all__ = [
     "exact",
     "kernels",
     "likelihoods",
+    "load",
     "methods",
     "make_split_grid",
     "make_tree_data",

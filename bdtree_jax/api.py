@@ -12,7 +12,7 @@ from .priors import TreePrior
 from .problem import build_problem
 from .problem.tree import LIKELIHOOD_OPTIONS
 
-__all__ = ["sample"]
+__all__ = ["load", "sample"]
 
 #: The flat keywords of :class:`~bdtree_jax.priors.TreePrior`.
 PRIOR_OPTIONS = tuple(f.name for f in dataclasses.fields(TreePrior))
@@ -79,6 +79,55 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where,
                             categorical_features=categorical_features, missing=missing, **method.problem_options())
     return check_convergence(method.run(problem, options, tempering, where=where))
+
+
+def load(path):
+    """Read any file bdtree_jax writes, whatever it holds.
+
+    Parameters
+    ----------
+    path : str or path-like.
+
+    Returns
+    -------
+    * a saved posterior (``Posterior.save`` and the ``save`` of every posterior class, the CLI's
+      ``posterior.npz``): the posterior, of the class that saved it;
+    * a checkpoint (``checkpoint=`` of a run, the CLI's ``checkpoint.npz``): a dict with the run's
+      ``ident``, ``start`` (iterations or chains done), ``chunks`` (their results) and ``states``
+      (numpy arrays; typed PRNG keys as :class:`~bdtree_jax._checkpoint.HostKey`);
+    * an ArviZ netCDF file (the CLI's ``posterior.nc``, ``post.to_arviz().to_netcdf(...)``): an
+      ``arviz.InferenceData``.
+
+    Raises :class:`~bdtree_jax.BdtreeFileError` naming the file and what it is when it is none
+    of these, or is damaged (docs/files.md); a pickle of bdtree_jax 0.1 is refused with the call
+    that reads it (``<PosteriorClass>.load(path, allow_pickle=True)``); ``FileNotFoundError``
+    when there is no file.
+
+    Examples
+    --------
+    >>> post = bd.load("runs/iris_cgm/posterior.npz")   # a Posterior
+    >>> idata = bd.load("runs/iris_cgm/posterior.nc")   # an arviz.InferenceData
+    """
+    import os
+
+    from . import _files
+
+    path = os.fspath(path)
+    kind = _files.file_kind(path)
+    if kind == "netcdf":
+        import arviz as az
+
+        try:
+            return az.from_netcdf(path)
+        except (OSError, ValueError) as e:
+            raise _files.BdtreeFileError(f"{path}: is a netCDF file that ArviZ cannot read ({type(e).__name__}: "
+                                         f"{e}).") from None
+    if kind == "pickle":
+        raise _files.BdtreeFileError(
+            f"{path}: is a pickle (a posterior saved by bdtree_jax 0.1). Reading a pickle can run any code it holds: "
+            f"if you made the file yourself, read it with the class that saved it, e.g. "
+            f"bd.Posterior.load(path, allow_pickle=True), and save it again to convert it.")
+    return _files.read_file(path, None, remedy="Re-run the fit (a checkpoint: delete it to start the run over).")
 
 
 class FlatOptions(NamedTuple):

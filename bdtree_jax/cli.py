@@ -376,6 +376,33 @@ def _sample_arguments(method: str, flat: dict, *, where: str) -> dict:
     return dict(method=method, tempering=tempering, prior=prior, likelihood=likelihood or None, **rest)
 
 
+#: The checkpoint of the config being run: its ``(mtime_ns, size)`` when the run began (None: no
+#: file) and whether the run resumed from it (what an interruption may promise: :func:`_resume_note`).
+_RESUMABLE = dict(before=None, resumed=False)
+
+
+def _stamp(path: Path):
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _resume_note(out) -> str:
+    """What an interrupted run tells about resuming: a rerun resumes only from a checkpoint this
+    run wrote, or the one it resumed from; with no checkpoint (interrupted before the first one,
+    written every ``block_size`` iterations), or another run's left as it was, it starts over."""
+    if not out:
+        return ""
+    checkpoint = Path(out) / _CHECKPOINT
+    now = _stamp(checkpoint)
+    if now is not None and (now != _RESUMABLE["before"] or _RESUMABLE["resumed"]):
+        return f"; rerun the same command to resume from {checkpoint}"
+    return (f" before its first checkpoint (one is written every block_size iterations); rerunning the same "
+            f"command starts over")
+
+
 class _Resumed(logging.Handler):
     """Prints the driver's messages about the checkpoint to stderr and keeps where it resumed."""
 
@@ -386,6 +413,7 @@ class _Resumed(logging.Handler):
     def emit(self, record):
         resumed = getattr(record, "resumed_from", None)
         self.resumed_from = resumed or self.resumed_from
+        _RESUMABLE["resumed"] = _RESUMABLE["resumed"] or bool(resumed)
         print(f"bdtree: {record.getMessage()}" + ("; --fresh starts over" if resumed else ""), file=sys.stderr)
 
 
@@ -591,6 +619,7 @@ def main(argv=None) -> int:
             if args.output:
                 config["output"] = args.output
             out = config["output"]
+            _RESUMABLE.update(before=_stamp(Path(out) / _CHECKPOINT), resumed=False)
             metrics = run_config(config, progress=args.progress, fresh=args.fresh)
             score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
             print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"],
@@ -601,8 +630,7 @@ def main(argv=None) -> int:
         print(f"bdtree: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        kept = f"; rerun the same command to resume from {out}/{_CHECKPOINT}" if out else ""
-        print(f"bdtree: interrupted{kept}", file=sys.stderr)
+        print(f"bdtree: interrupted{_resume_note(out)}", file=sys.stderr)
         return 130
     return 0
 

@@ -29,6 +29,20 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
     idata = az.from_netcdf(str(tmp_path / "posterior.nc"))
     assert "n_leaves" in idata["posterior"]
     assert '"test_accuracy_mean"' in capsys.readouterr().out
+    # bd.load reads every file of the run and says what a file is when another reader is asked
+    import bdtree_jax as bd
+
+    loaded = bd.load(tmp_path / "posterior.nc")
+    assert isinstance(loaded, az.InferenceData) and "n_leaves" in loaded["posterior"]
+    assert type(bd.load(tmp_path / "posterior.npz")) is bd.Posterior
+    checkpoint = bd.load(tmp_path / "checkpoint.npz")
+    assert isinstance(checkpoint, dict) and {"ident", "start", "chunks", "states"} <= set(checkpoint)
+    with pytest.raises(bd.BdtreeFileError, match=r"posterior.nc: cannot read this posterior file: it is a netCDF "
+                                                 r"file .*read it with bd.load\(path\) or arviz.from_netcdf"):
+        bd.Posterior.load(tmp_path / "posterior.nc")
+    with pytest.raises(bd.BdtreeFileError, match=r"it holds a checkpoint \(dict\), not a posterior: read it with "
+                                                 r"bd.load\(path\)"):
+        bd.Posterior.load(tmp_path / "checkpoint.npz")
 
 
 def test_run_a_bundled_config_by_name_without_warnings(tmp_path, monkeypatch, capsys):
@@ -225,6 +239,20 @@ def test_resuming_says_so_and_fresh_starts_over(tmp_path, monkeypatch, capsys):
     assert err == f"bdtree: checkpoint {checkpoint} belongs to another run (other options, data or seed); " \
                   "starting over and overwriting it\n"
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["resumed_from"] is None
+
+
+def test_interrupted_before_the_first_checkpoint_promises_no_resume(tmp_path, monkeypatch, capsys):
+    """Ctrl-C before any checkpoint exists: 6c1851c said "rerun the same command to resume from
+    .../checkpoint.npz" with no such file."""
+    def interrupt(*args, **kwargs):  # Ctrl-C just before the first checkpoint would be written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "_write_checkpoint", interrupt)
+    assert main(_tiny(tmp_path)) == 130
+    err = capsys.readouterr().err
+    assert not (tmp_path / "out" / "checkpoint.npz").exists()
+    assert err == ("bdtree: interrupted before its first checkpoint (one is written every block_size iterations); "
+                   "rerunning the same command starts over\n")
 
 
 @pytest.mark.parametrize("text, match", [

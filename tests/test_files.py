@@ -330,6 +330,7 @@ def _round_trip(post, tmp_path):
     post.save(path)
     back = type(post).load(path)
     _same(post, back)
+    _same(post, bd.load(path))  # the reader of every file gives the same
     with zipfile.ZipFile(path) as z:  # nothing pickled: every entry loads without pickle
         assert all(n.endswith(".npy") for n in z.namelist())
     return back
@@ -556,3 +557,21 @@ def test_bart_files_of_format_version_1_still_load(iris, tmp_path):
         again = _round_trip(old, tmp_path)
         assert json.loads(np.load(tmp_path / f"{cls.__name__}.npz")["header"].tobytes())["format_version"] == 2
         _same(old, again)
+
+
+def test_load_reads_checkpoints_and_names_what_it_cannot_read(saved, tmp_path):
+    post, ckpt = saved
+    assert type(bd.load(post)) is bd.Posterior
+    got = bd.load(ckpt)
+    assert got["ident"] == "ident" and got["start"] == 5
+    np.testing.assert_array_equal(got["chunks"][0]["x"], np.arange(6.0).reshape(2, 3))
+    with pytest.raises(bd.BdtreeFileError, match=r"holds a checkpoint \(dict\), not a posterior: read it with bd.load"):
+        bd.Posterior.load(ckpt)
+    pickled = tmp_path / "old.pkl"
+    pickled.write_bytes(pickle.dumps({"trees": None}))
+    with pytest.raises(bd.BdtreeFileError, match=r"is a pickle .*bd.Posterior.load\(path, allow_pickle=True\)"):
+        bd.load(pickled)
+    for case in ("random-bytes", "foreign-npz", "checksum"):
+        expected = _bad_file(case, post, ckpt, tmp_path / case)
+        with pytest.raises(bd.BdtreeFileError, match=expected):
+            bd.load(tmp_path / case)
