@@ -172,3 +172,37 @@ def test_accelerator_memory_is_compared_with_the_device_parts(monkeypatch):
         _memory.check_run(bd.CGM(), problem, RunOptions(num_samples=100, num_chains=64))
     monkeypatch.setattr(_memory, "device_available_bytes", lambda devices: 2**40)
     _memory.check_run(bd.CGM(), problem, RunOptions(num_samples=100, num_chains=64))
+
+
+def test_estimate_counts_the_data_arrays():
+    """Issue #38: the estimate counts the problem's data arrays (6c1851c left them out): for 20,000
+    rows of 8 features with 60 levels each and ``min_leaf_size=2`` (so ``bin_onehot`` ``(n, F, 60)``
+    int32 is kept: 38 MB) the estimate's parts add up to at least the bytes of every array the
+    problem holds, and its data parts to at most 1.25 times them (the stated factor: they are the
+    arrays' own ``nbytes``, one device copy per CPU device that runs chains, here one)."""
+    import jax
+    import numpy as np
+
+    from bdtree_jax.problem.bart import build_bart_problem
+
+    rng = np.random.default_rng(0)
+    n, F = 20_000, 8
+    X = rng.integers(0, 60, size=(n, F)).astype(float)
+    y = np.where(X[:, 0] > 30, "a", "b")
+    problem = build_problem(X, y, prior=bd.TreePrior(max_depth=3, min_leaf_size=2))
+    assert problem.data.bin_onehot is not None and problem.data.bin_onehot.shape == (n, F, 60)
+    real = sum(np.asarray(a).nbytes for a in jax.tree.leaves(problem.data))  # every array the samplers read
+    real += problem.train_bins.nbytes + problem.train_stats.nbytes
+    assert real > n * F * 60 * 4
+    parts = _memory.estimate_run(bd.CGM(), problem, RunOptions(num_warmup=10, num_samples=10, num_chains=1))
+    assert sum(p.nbytes for p in parts) >= real
+    data = sum(p.nbytes for p in parts if p.what.startswith(("data arrays", "training codes")))
+    assert real <= data <= 1.25 * real
+    assert parts[0].what.startswith("data arrays")  # the largest part here
+    # BART: its TreeData and residual arrays
+    bart = build_bart_problem(X, rng.normal(size=n), n_trees=10)
+    real = sum(np.asarray(a).nbytes for a in jax.tree.leaves(bart.data)) + bart.train_bins.nbytes
+    config = bd.kernels.bart.BARTConfig(n_trees=10)
+    parts = _memory.estimate_bart(config, bart, 1, 10, 10, 10)
+    data = sum(p.nbytes for p in parts if p.what.startswith(("data arrays", "training codes")))
+    assert real <= data <= 1.25 * real

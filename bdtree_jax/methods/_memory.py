@@ -14,7 +14,12 @@ the problem is built and checked.  It adds up what a run holds at its peak (:fun
   particle methods hold ``num_particles`` such states per chain (twice, around resampling);
 * the **step temporaries** XLA allocates while a step runs, of the same shapes (the node sums'
   scatter lanes, the re-routed rows), for as many chains as run at once (one at a time on CPU,
-  all of a device's when the chains are vectorised).
+  all of a device's when the chains are vectorised);
+* the **data arrays** the samplers read (:func:`data_bytes`: the problem's
+  :class:`~bdtree_jax.data.TreeData` — ``bins`` ``(n, F)``, ``sorted_bins`` and ``sorted_index``
+  ``(F, n)``, ``point_stats``, the one-hot bins ``bin_onehot`` ``(n, F, B <= 64)`` int32 when kept,
+  ``bin_bits`` ... — and BART's residual arrays): a copy on every device that runs chains, and the
+  host's training codes.
 
 Every part is the arrays' exact byte count; their sum times :data:`XLA_FACTOR`, plus what
 compiling takes (:data:`COMPILE_BYTES`), is the estimate, both measured by
@@ -38,7 +43,7 @@ import numpy as np
 from ..kernels.cgm import CGMConfig
 from ..tree import n_nodes
 
-__all__ = ["XLA_FACTOR", "COMPILE_BYTES", "ENV_VAR", "compile_bytes", "Part", "estimate_run", "estimate_bart", "available_bytes", "check_run", "check_bart", "format_bytes"]
+__all__ = ["XLA_FACTOR", "COMPILE_BYTES", "ENV_VAR", "compile_bytes", "Part", "estimate_run", "estimate_bart", "data_bytes", "available_bytes", "check_run", "check_bart", "format_bytes"]
 
 #: The environment variable that turns the check off (``BDTREE_MEMORY_CHECK=0``).
 ENV_VAR = "BDTREE_MEMORY_CHECK"
@@ -107,6 +112,26 @@ def _step_bytes(problem, slots: int) -> int:
     return slots * 4 * (16 * n_stats + 4 * n_features + 2 * n_stats) + 16 * n
 
 
+def data_bytes(problem) -> tuple[int, int]:
+    """``(device bytes, host bytes)`` of a built problem's data: every array of its ``data``
+    (:class:`~bdtree_jax.data.TreeData`, or BART's ``BARTData`` with its TreeData), counted from
+    the arrays themselves (their ``nbytes``: ``bins`` ``(n, F)`` int32, ``sorted_bins`` and
+    ``sorted_index`` ``(F, n)`` int32, ``bin_onehot`` ``(n, F, B)`` int32 ...), and the host's
+    training codes and statistics (``train_bins``, ``train_stats``)."""
+    device = sum(int(a.nbytes) if hasattr(a, "nbytes") else np.asarray(a).nbytes for a in jax.tree.leaves(problem.data))
+    host = sum(int(getattr(getattr(problem, k, None), "nbytes", 0)) for k in ("train_bins", "train_stats"))
+    return device, host
+
+
+def _data_parts(problem, copies: int) -> list:
+    """The :class:`Part` s of :func:`data_bytes`: ``copies`` device copies, one host copy."""
+    device, host = data_bytes(problem)
+    drivers = ("rows",)
+    return [Part(f"data arrays (bins, sorted_bins, one-hot bins ...; {copies} device copies)", copies * device,
+                 drivers, True),
+            Part("training codes on the host", host, drivers, False)]
+
+
 def _devices(options) -> list:
     return list(options.devices) if options.devices is not None else jax.devices()
 
@@ -126,7 +151,7 @@ def estimate_run(method, problem, options, n_rungs: int = 1) -> list[Part]:
     name = method.name
     chains, samples = options.num_chains, options.num_samples
     if name.startswith("hmc-"):
-        return _soft_parts(method, problem, options, n_rungs)
+        return sorted(_soft_parts(method, problem, options, n_rungs) + _data_parts(problem, 1), key=lambda p: -p.nbytes)
     if name == "pcfg":
         if method.unbounded:
             from ..pcfg.grammar import _MAX_HEAP_DEPTH as depth
@@ -180,6 +205,7 @@ def estimate_run(method, problem, options, n_rungs: int = 1) -> list[Part]:
     else:  # pcfg: the grammar checks its own memory as it is built; here its draws
         parts.append(Part(f"kept draws ({chains} x {samples:,} draws x {per_draw:,} bytes per draw)",
                           2 * chains * samples * per_draw, ("num_samples", "num_chains", "max_depth"), False))
+    parts += _data_parts(problem, sharing)
     return sorted(parts, key=lambda p: -p.nbytes)
 
 
@@ -236,6 +262,7 @@ def estimate_bart(config, problem, num_chains: int, num_warmup: int, num_samples
              ("n_trees", "rows", "num_chains", "max_depth"), True),
         Part("step temporaries", (per_device if not on_cpu and config.incremental is False else 1) * sharing * step,
              ("n_trees", "rows", "max_depth"), True),
+        *_data_parts(problem, sharing),
     ], key=lambda p: -p.nbytes)
 
 
