@@ -212,10 +212,14 @@ def leaf_mask(is_split: np.ndarray) -> np.ndarray:
     """``(..., N)`` bool: the leaves of padded heap trees (active nodes that do not split; a node
     is active when every ancestor splits)."""
     is_split = np.asarray(is_split, bool)
+    N = is_split.shape[-1]
     active = np.ones(is_split.shape, bool)
-    for i in range(1, is_split.shape[-1]):
-        parent = (i - 1) // 2
-        active[..., i] = active[..., parent] & is_split[..., parent]
+    start = 1
+    while start < N:  # one heap level at a time: its nodes' parents are the level above
+        stop = min(2 * start + 1, N)
+        parents = (np.arange(start, stop) - 1) // 2
+        active[..., start:stop] = active[..., parents] & is_split[..., parents]
+        start = stop
     return active & ~is_split
 
 

@@ -37,7 +37,10 @@ chains; it says so on stderr (``bdtree: resuming from checkpoint runs/iris_cgm/c
 iteration 2000 of 5000 (10 chains); --fresh starts over``) and ``metrics.json`` records it as
 ``resumed_from`` (its ``seconds`` then count only the rest of the run).  A checkpoint of another
 run (other options, data or seed) is started over and overwritten, also said on stderr.
-``--fresh`` deletes the checkpoint and starts over.
+``--fresh`` deletes the checkpoint and starts over.  Ctrl-C prints ``bdtree: interrupted; rerun the
+same command to resume from ...`` when there is a checkpoint to resume from (written by this run,
+or the one it resumed from), else that the run was interrupted before its first checkpoint and a
+rerun starts over.  ``bd.load`` reads every file the run writes (``docs/files.md``).
 
 Errors in the config, a key, a value or a file exit with code 2 and one line on stderr
 (``bdtree: error: ...``, with a "did you mean" for a misspelt key, dataset or method); a

@@ -28,8 +28,11 @@ class Saveable:
         """The posterior saved at ``path`` by :meth:`save` (of this class or a subclass of it).
 
         Raises :class:`~bdtree_jax.BdtreeFileError` (a ``ValueError``) naming the file when it is
-        empty, truncated, damaged, written by another program, a checkpoint, of a newer format
-        version, fails its checksum, or holds another posterior class.  A pickle (the format of
+        empty, truncated, damaged, written by another program, a checkpoint or an ArviZ netCDF
+        file (the message says so and names :func:`bdtree_jax.load`, which reads both), of a
+        newer format version, declares more than it holds, fails its checksum, holds a value its
+        class refuses, or holds another posterior class.  Files of format version 1 (bdtree_jax
+        before issue #38) load as before (``docs/files.md``).  A pickle (the format of
         bdtree_jax 0.1) is read only with ``allow_pickle=True``, with a
         :class:`~bdtree_jax.PickleFileWarning`: unpickling runs any code the file holds, so do
         it only for files you made yourself, then :meth:`save` them again.
