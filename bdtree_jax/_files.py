@@ -414,15 +414,15 @@ _CHECKS = {
     "BARTLeafNormal": lambda o: tuple(
         _number(getattr(o, k), k, lambda v: v > 0, "a finite number > 0") for k in ("sigma2", "tau2")),
     # before TreePrior's own checks, whose message about a deep heap computes 2**(max_depth + 1)
-    "TreePrior": lambda o: _max_depth(o.max_depth),
+    "TreePrior": lambda o: _max_depth(o),
 }
 
 
-def _max_depth(v) -> None:
-    from .tree import MAX_DEPTH
-
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > MAX_DEPTH:
-        raise ValueError(f"max_depth={v} is over the cap of {MAX_DEPTH}")
+def _max_depth(prior) -> None:
+    cap = sys.modules[type(prior).__module__].MAX_DEPTH  # the cap TreePrior checks against (bdtree_jax.tree's)
+    v = prior.max_depth
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > cap:
+        raise ValueError(f"max_depth={v} is over the cap of {cap}")
 
 
 def _fill_dataclass(cls, name: str, fields: dict):
