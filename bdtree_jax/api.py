@@ -105,8 +105,11 @@ def load(path):
 
     Examples
     --------
-    >>> post = bd.load("runs/iris_cgm/posterior.npz")   # a Posterior
-    >>> idata = bd.load("runs/iris_cgm/posterior.nc")   # an arviz.InferenceData
+    After ``bdtree run iris_cgm``::
+
+        post = bd.load("runs/iris_cgm/posterior.npz")        # a Posterior
+        idata = bd.load("runs/iris_cgm/posterior.nc")        # an arviz.InferenceData
+        state = bd.load("runs/iris_cgm/checkpoint.npz")      # the checkpoint's dict
     """
     import os
 
