@@ -125,3 +125,10 @@ def test_child_bounds_from_row_bitsets_equal_masked_pass(n, n_values):
             lo, hi = bounds(jnp.int32(f), jnp.int32(c), jnp.asarray(rows), d)
             np.testing.assert_array_equal(lo, lo_ref)
             np.testing.assert_array_equal(hi, hi_ref)
+
+
+def test_a_huge_max_depth_is_refused_at_once():
+    """``TreePrior(max_depth=10**9)`` (e.g. from a damaged file) is the cap's ValueError, not Python's
+    digit limit after seconds spent writing out ``2**(10**9 + 1)``."""
+    with pytest.raises(ValueError, match=r"max_depth=1000000000 is over the cap of 14.*about 10\*\*3010"):
+        TreePrior(max_depth=10**9)

@@ -31,6 +31,14 @@ __all__ = [
 STRUCTURES = ("cgm", "pinball")
 
 
+def _slots_text(max_depth: int) -> str:
+    """``2**(max_depth+1) - 1`` written out for an error message, or its order of magnitude when the
+    number would have thousands of digits (``max_depth`` read from a file can be anything)."""
+    if max_depth < 200:
+        return f"{2**(max_depth + 1) - 1:,}"
+    return f"about 10**{int((max_depth + 1) * 0.30103)}"
+
+
 @dataclass(frozen=True)
 class TreePrior:
     """Hyperparameters of the tree prior (static).
@@ -67,7 +75,7 @@ class TreePrior:
         if self.max_depth > MAX_DEPTH:
             raise ValueError(
                 f"max_depth={self.max_depth} is over the cap of {MAX_DEPTH}: a tree is stored as a padded heap of "
-                f"2**(max_depth+1) - 1 slots ({2**(self.max_depth + 1) - 1:,} here, {2**(MAX_DEPTH + 1) - 1:,} at "
+                f"2**(max_depth+1) - 1 slots ({_slots_text(self.max_depth)} here, {2**(MAX_DEPTH + 1) - 1:,} at "
                 f"{MAX_DEPTH}) in every chain's state, particle and kept draw, so its memory doubles with each "
                 f"level; a tree of depth {MAX_DEPTH} already holds up to {2**MAX_DEPTH:,} leaves.  Lower max_depth "
                 f"to at most {MAX_DEPTH} (docs/memory.md).")
