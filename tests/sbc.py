@@ -72,9 +72,9 @@ def z_bound(n_tests: int, family_alpha: float = 1e-3) -> float:
     return float(sps.norm.isf(family_alpha / (2 * n_tests)))
 
 
-#: The tolerance of every Geweke check here: |z| <= 4.5 (two-sided p = 6.8e-6 per statistic; at
-#: most ~140 statistics in the whole suite, so a correct suite fails by chance with probability
-#: below 1e-3 -- and the seeds are fixed, so it is deterministic).
+#: The tolerance of every Geweke check here: |z| <= 4.5 (two-sided p = 6.8e-6 per statistic; the
+#: suite's correct samplers have about 200 statistics, so a correct suite fails by chance with
+#: probability below 1.4e-3 -- and the seeds are fixed, so it is deterministic).
 Z_TOL = 4.5
 
 
@@ -142,15 +142,23 @@ class JointPrior:
     X: np.ndarray
     prior: TreePrior
     likelihood: DirichletMultinomial | NormalMeanShift
+    tree_law: dict | None = None
+    """``{tree string: probability}`` replacing the CGM98 prior (e.g. the exact edit prior of
+    :func:`bdtree_jax.exact.enumerate_edit_prior`)."""
 
     def __post_init__(self):
         self.grid = make_split_grid(self.X)
         self.bins = self.grid.bin(self.X)
-        k = self.likelihood.n_stats
-        trees = enumerate_trees(self.X, np.zeros((len(self.X), k)), self.prior, self.likelihood)
-        log_p = np.array([lp for _, lp, _ in trees])
-        self.strings = [s for s, _, _ in trees]
-        self.probs = np.exp(log_p - logsumexp(log_p))
+        if self.tree_law is not None:
+            self.strings = list(self.tree_law)
+            self.probs = np.array([self.tree_law[t] for t in self.strings])
+            self.probs = self.probs / self.probs.sum()
+        else:
+            k = self.likelihood.n_stats
+            trees = enumerate_trees(self.X, np.zeros((len(self.X), k)), self.prior, self.likelihood)
+            log_p = np.array([lp for _, lp, _ in trees])
+            self.strings = [t for t, _, _ in trees]
+            self.probs = np.exp(log_p - logsumexp(log_p))
         parsed = [from_string(s, self.grid.thresholds, self.prior.max_depth) for s in self.strings]
         self.is_split, self.feature, self.cut = (np.stack([np.asarray(t[i]) for t in parsed]) for i in range(3))
         self.leaf_of_row = descend(self.is_split, self.feature, self.cut, self.bins)  # (T, n)
@@ -248,13 +256,18 @@ def simulate_y(key, likelihood, f: jax.Array, sigma2: jax.Array) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class TreeKernel:
-    """A single-tree kernel seen by :func:`single_tree_geweke`: ``init(tree, data) -> state``
-    (the state at ``tree`` scored on ``data``), ``step(key, state, data) -> state`` (one
-    transition that leaves ``p(T | y)`` invariant) and ``tree(state) -> Tree``."""
+    """A single-tree kernel seen by :func:`single_tree_geweke`: ``init(carry, data) -> state``
+    (the state at ``carry`` scored on ``data``), ``step(key, state, data) -> state`` (one
+    transition that leaves ``p(T | y)`` invariant), ``tree(state) -> Tree``, and what the
+    simulator carries between iterations: ``carry(state)`` (default the tree) started at
+    ``start(tree, rng)`` (default the prior draw's tree; the edit prior's chain carries its edit
+    path instead)."""
 
     init: Callable
     step: Callable
     tree: Callable = lambda state: state.tree
+    carry: Callable | None = None
+    start: Callable | None = None
 
 
 class _Plant:
@@ -302,27 +315,49 @@ def single_tree_geweke(kernel: TreeKernel, joint: JointPrior, *, chains: int, it
     data0 = joint.tree_data()
     lik = data0.likelihood
     tree0 = Tree(*(jnp.asarray(a, jnp.int32 if a.dtype != bool else bool) for a in start["tree"]))
+    if kernel.start is not None:
+        tree0 = kernel.start(tree0, rng)
     y0 = jnp.asarray(start["y"], jnp.float32 if joint.regression else jnp.int32)
     variant = jnp.repeat(jnp.arange(variants, dtype=jnp.int32), chains)
 
+    def prior_y(key, held):
+        """A response from the prior given the tree of ``held`` (used when the kernel carries
+        something other than the tree, e.g. an edit path: its tree is known only after replay)."""
+        tree = kernel.tree(kernel.init(held, data0))
+        leaf = node_stats(tree, data0)[0]
+        k_sigma, k_leaf, k_y = jax.random.split(key, 3)
+        n_slots = tree.is_split.shape[0]
+        if joint.regression:
+            sigma2 = 0.5 * lik.nu * lik.lam / jax.random.gamma(k_sigma, 0.5 * lik.nu)
+            mu = lik.mu_bar + jnp.sqrt(sigma2 / lik.a) * jax.random.normal(k_leaf, (n_slots, 1))
+        else:
+            sigma2 = jnp.float32(jnp.nan)
+            mu = jax.random.dirichlet(k_leaf, jnp.full((lik.n_classes,), lik.concentration), (n_slots,))
+        return simulate_y(k_y, lik, mu[leaf], sigma2)
+
     def chain(key, tree, y, v):
+        if kernel.start is not None:
+            key, k_start = jax.random.split(key)
+            y = prior_y(k_start, tree).astype(y.dtype)
+
         def body(carry, k):
-            tree, y = carry
+            held, y = carry
             k_params, k_y, *step_keys = jax.random.split(k, 2 + steps)
             step_keys = jnp.stack(step_keys)
             data = data0._replace(point_stats=point_stats(lik, y))
             PLANT.variant = v
             try:
-                state = kernel.init(tree, data)
+                state = kernel.init(held, data)
                 state = jax.lax.fori_loop(0, steps, lambda i, s: kernel.step(step_keys[i], s, data), state)
                 tree = kernel.tree(state)
+                held = tree if kernel.carry is None else kernel.carry(state)
                 leaf, stats = node_stats(tree, data)
                 params, sigma2 = _sample_leaf_params(k_params, tree, stats, lik)
             finally:
                 PLANT.variant = None
             f = params[leaf]
             y_new = simulate_y(k_y, lik, f, sigma2)
-            return (tree, y_new), (tree, sigma2, f, y)  # the draw with the y it was conditioned on
+            return (held, y_new), (tree, sigma2, f, y)  # the draw with the y it was conditioned on
 
         return jax.lax.scan(body, (tree, y), jax.random.split(key, iterations))[1]
 
@@ -427,7 +462,9 @@ class BARTPrior:
 
         def threshold(node, only_feature=None):
             value = thr[feature[..., node], cut[..., node]]
-            keep = is_split[..., node] if only_feature is None else is_split[..., node] & (feature[..., node] == only_feature)
+            keep = is_split[..., node]
+            if only_feature is not None:
+                keep = keep & (feature[..., node] == only_feature)
             return np.where(keep, value, 0.0).mean(1)
 
         out = [is_split.sum(2).mean(1) + 1.0, tree_depth_np(is_split.reshape(d * m, n_slots)).reshape(d, m).mean(1),
@@ -514,9 +551,14 @@ def bart_geweke(config, bp: BARTPrior, *, chains: int, iterations: int, seed: in
 
 def log_marginal(joint: JointPrior, y: np.ndarray) -> np.ndarray:
     """``log p(y)`` (R,) of responses ``y`` (R, n) under ``joint``, exactly: the sum over the
-    enumerated trees of ``p(T) p(y | T)``, the integrated likelihood written out here in numpy
-    (CGM98 eq. 14 for regression, the Dirichlet-multinomial for classification) rather than
-    taken from the library."""
+    enumerated trees of ``p(T) p(y | T)`` (:func:`log_lik_table`)."""
+    return logsumexp(np.log(joint.probs) + log_lik_table(joint, y), axis=1)
+
+
+def log_lik_table(joint: JointPrior, y: np.ndarray) -> np.ndarray:
+    """``log p(y | T)`` (R, T) of responses ``y`` (R, n) for every enumerated tree, the
+    integrated likelihood written out here in numpy (CGM98 eq. 14 for regression, the
+    Dirichlet-multinomial for classification) rather than taken from the library."""
     from scipy.special import gammaln
 
     lik = joint.likelihood
@@ -539,7 +581,7 @@ def log_marginal(joint: JointPrior, y: np.ndarray) -> np.ndarray:
         nk = np.einsum("tnm,rnk->rtmk", onehot, cls)  # (R, T, N, K)
         leaf = (gammaln(k * c) - k * gammaln(c) + gammaln(nk + c).sum(-1) - gammaln(nk.sum(-1) + k * c))
         log_lik = np.where(counts > 0, leaf, 0.0).sum(-1)
-    return logsumexp(np.log(joint.probs) + log_lik, axis=1)
+    return log_lik
 
 
 def smc_evidence_check(config, joint: JointPrior, *, replicates: int, seed: int = 0, prior_draws: int = 200_000,
@@ -584,3 +626,64 @@ def smc_evidence_check(config, joint: JointPrior, *, replicates: int, seed: int 
     mc = joint.stats(mc_draws["tree"], mc_draws["sigma2"], mc_draws["f"], mc_draws["y"])
     mc = np.concatenate([np.ones((len(mc), 1)), mc], 1)  # Z^/p(y) against the constant 1
     return [geweke_z(sc[i], mc, n_batches=1) for i in range(variants)]
+
+
+# ----------------------------------------------------------------------------------------------
+# tempering: every rung started at an exact draw of its tempered posterior, y fixed
+
+
+def tempered_check(algorithm, betas: tuple, config, joint: JointPrior, *, replicates: int, iterations: int,
+                   seed: int = 0, prior_draws: int = 200_000, variants: int = 1):
+    """The tempered chain (``algorithm``: :func:`~bdtree_jax.kernels.tempering.tempered` of a kernel
+    on :class:`~bdtree_jax.kernels.cgm.CGMState` with inverse temperatures ``betas``) started at
+    stationarity: ``(T_1, y)`` an exact joint prior draw and every hotter rung's tree an exact draw
+    of ``p(T) p(y | T)**beta`` (enumeration, :func:`log_lik_table`).  The product of the rungs'
+    tempered posteriors is invariant, so after ``iterations`` steps with ``y`` fixed the cold
+    rung's tree, with sigma^2 and the leaves then drawn by the posterior draw, is again a draw of
+    ``p(T, sigma, mu | y)``: paired with ``y``, of the joint prior.  Swaps that are not exact move
+    hotter trees into the cold rung.  ``replicates`` independent runs per variant (iid standard
+    errors); returns a list of ``(z, mean, prior mean)``."""
+    from bdtree_jax.kernels import cgm
+
+    rng = np.random.default_rng(seed)
+    total = replicates * variants
+    start = joint.draw(rng, total)
+    table = log_lik_table(joint, start["y"])  # (total, T)
+    rungs = [start["tree"]]
+    for beta in betas[1:]:
+        logits = np.log(joint.probs) + beta * table
+        p = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+        idx = (rng.uniform(size=(total, 1)) > np.cumsum(p, 1)).sum(1).clip(0, len(joint.probs) - 1)
+        rungs.append((joint.is_split[idx], joint.feature[idx], joint.cut[idx]))
+    trees = Tree(*(jnp.asarray(np.stack([r[k] for r in rungs], 1)) for k in range(3)))  # (total, R, N)
+    data0 = joint.tree_data()
+    lik = data0.likelihood
+    beta_arr = jnp.asarray(betas, jnp.float32)
+    variant = jnp.repeat(jnp.arange(variants, dtype=jnp.int32), replicates)
+
+    def one(key, tree, y, v):
+        k_run, k_params = jax.random.split(key)
+        data = data0._replace(point_stats=point_stats(lik, y))
+        states = jax.vmap(lambda t, b: cgm.init(None, data, config, tree=Tree(*t), beta=b))(tuple(tree), beta_arr)
+
+        def body(states, k):
+            PLANT.variant = v
+            try:
+                states = algorithm.step(algorithm.draw(k), states, data)[0]
+            finally:
+                PLANT.variant = None
+            return states, None
+
+        states = jax.lax.scan(body, states, jax.random.split(k_run, iterations))[0]
+        cold = jax.tree.map(lambda a: a[jnp.argmax(states.beta == 1.0)], states.tree)
+        leaf, stats = node_stats(cold, data)
+        params, sigma2 = _sample_leaf_params(k_params, cold, stats, lik)
+        return cold, sigma2, params[leaf]
+
+    keys = jax.random.split(jax.random.key(seed), total)
+    yj = jnp.asarray(start["y"], jnp.float32 if joint.regression else jnp.int32)
+    cold, sigma2, f = jax.jit(jax.vmap(one))(keys, trees, yj, variant)
+    g = joint.stats(tuple(np.asarray(a) for a in cold), np.asarray(sigma2), np.asarray(f), start["y"])
+    mc_draws = joint.draw(np.random.default_rng(seed + 1), prior_draws)
+    mc = joint.stats(mc_draws["tree"], mc_draws["sigma2"], mc_draws["f"], mc_draws["y"])
+    return [geweke_z(g.reshape(variants, replicates, 1, -1)[i], mc, n_batches=1) for i in range(variants)]

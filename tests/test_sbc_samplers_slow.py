@@ -4,19 +4,21 @@ kernel on classification, CGM + prune-and-regrow, CGM + perturb, the WU schedule
 and fibre-Gibbs restructure), Particle Gibbs, BART with ``tree_sampler="cgm"`` and ``"pg"`` -- and
 SMC's exact evidence identity, each with its planted-error twins in the same compiled program
 (see ``tests/test_sbc_samplers.py`` for the quick ones and the tolerances: correct max|z| <= 4.5,
-each twin max|z| >= 8).  About 30 s each on a 2-core CPU, nearly all of it compilation."""
+each twin max|z| >= 8; the observed values are tabulated in ``docs/theory/calibration.md``).  Each
+test compiles one program (the correct sampler and its twins side by side), which is nearly all
+of its time: 25 to 90 s each on the shared 2-core CPU where they were measured (load ~11)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bdtree_jax.kernels import bart, cgm, perturb, pg, regrow, smc, wu
+from bdtree_jax.kernels import bart, cgm, edit, perturb, pg, regrow, smc, tempering, wu
 from bdtree_jax.likelihoods import DirichletMultinomial
 from bdtree_jax.priors import TreePrior
 
 from helpers import TOY_X
-from sbc import JointPrior, TreeKernel, bart_geweke, planted, single_tree_geweke, smc_evidence_check
+from sbc import JointPrior, TreeKernel, bart_geweke, planted, single_tree_geweke, smc_evidence_check, tempered_check
 from test_sbc_samplers import (
     BART_LABELS, PRIOR, REGRESSION, bart_prior, cgm_kernel, check, plant_bart, plant_regression_leaves,
 )
@@ -51,8 +53,10 @@ def test_cgm_incremental_geweke_classification(monkeypatch):
     joint = JointPrior(np.asarray(TOY_X), PRIOR, DirichletMultinomial(2, 1.0))
     config = cgm.CGMConfig.from_prior(PRIOR, incremental=True)
     no_proposal_ratio(monkeypatch, 1)
-    planted(monkeypatch, DirichletMultinomial, "sample_leaf", lambda orig, self, key, stats: orig(self, key, 0.5 * stats),
-            2)
+    def half_counts(orig, self, key, stats):
+        return orig(self, key, 0.5 * stats)
+
+    planted(monkeypatch, DirichletMultinomial, "sample_leaf", half_counts, 2)
     results = single_tree_geweke(cgm_kernel(config), joint, chains=32, iterations=2000, steps=1, variants=3)
     check(results, joint.stat_names(), ["correct", "no proposal ratio", "Dirichlet with half the counts"])
 
@@ -72,7 +76,8 @@ def test_cgm_regrow_geweke(monkeypatch):
     plant_regression_leaves(monkeypatch, 2, 3)
     kernel = algorithm_kernel(algorithm, lambda tree, data: cgm.init(None, data, config, tree=tree))
     results = single_tree_geweke(kernel, joint, chains=32, iterations=2000, variants=4)
-    check(results, joint.stat_names(), ["correct", "regrow not from the prior", "sigma2 shape + 1", "leaf variance x 1.3"])
+    check(results, joint.stat_names(),
+          ["correct", "regrow not from the prior", "sigma2 shape + 1", "leaf variance x 1.3"])
 
 
 def test_cgm_perturb_geweke(monkeypatch):
@@ -102,6 +107,71 @@ def test_cgm_perturb_geweke(monkeypatch):
     kernel = TreeKernel(lambda tree, data: cgm.init(None, data, config, tree=tree), step)
     results = single_tree_geweke(kernel, joint, chains=32, iterations=2000, variants=3)
     check(results, joint.stat_names(), ["correct", "no window ratio", "no prior ratio"])
+
+
+def test_edit_prior_geweke(monkeypatch):
+    """The edit prior's chain on edit paths (initial tree ``x0<=3.5(L,L)``, mean 1.5 edits, at
+    most 6; regrow and local moves): the simulator carries the path ``(K, U)``, started at a draw
+    of the path prior (``K`` truncated geometric, ``U`` uniform), ``y`` from the prior given its
+    tree; compared with the exact edit prior of :func:`bdtree_jax.exact.enumerate_edit_prior`
+    (256 trees).  Twin: the regrown tail's length not from its truncated geometric prior
+    (``edit._truncated_geometric`` with ``q**2``) while the ratio assumes it is."""
+    from bdtree_jax.exact import enumerate_edit_prior
+    from bdtree_jax.tree import Tree, from_string
+
+    initial, mean_edits, max_edits = "x0<=3.5(L,L)", 1.5, 6
+    law = enumerate_edit_prior(np.asarray(TOY_X), PRIOR, initial, mean_edits=mean_edits, max_edits=max_edits)
+    joint = JointPrior(np.asarray(TOY_X), PRIOR, REGRESSION, tree_law=law)
+    config = edit.EditConfig(max_depth=2, mean_edits=mean_edits, max_edits=max_edits)
+    t0 = Tree(*(jnp.asarray(a) for a in from_string(initial, joint.grid.thresholds, 2)))
+
+    def init(path, data):
+        n_edits, edits = path
+        current = edit.replay(edit._initial(edit.EditData(data, t0), config), edits, n_edits, data, config.cgm)
+        return edit.EditState(current, n_edits, edits, current.log_lik, jnp.float32(1.0))
+
+    def step(key, state, data):
+        return edit.step_with_uniforms(edit.draw(key, max_edits), state, edit.EditData(data, t0), config)[0]
+
+    def start(trees, rng):  # (K, U) of every chain from the path prior (rows >= K zero)
+        chains = trees.is_split.shape[0]
+        p = config.q ** np.arange(max_edits + 1)
+        n_edits = rng.choice(max_edits + 1, size=chains, p=p / p.sum())
+        used = np.arange(max_edits)[None, :, None] < n_edits[:, None, None]
+        edits = rng.uniform(size=(chains, max_edits, 4)) * used
+        return jnp.asarray(n_edits, jnp.int32), jnp.asarray(edits, jnp.float32)
+
+    kernel = TreeKernel(init, step, lambda state: state.current.tree, lambda state: (state.n_edits, state.edits), start)
+    planted(monkeypatch, edit, "_truncated_geometric", lambda orig, u, q, m: orig(u, q * q, m), 1)
+    results = single_tree_geweke(kernel, joint, chains=32, iterations=2000, variants=2)
+    check(results, joint.stat_names(), ["correct", "regrown tail length not from its prior"])
+
+
+def test_tempered_cgm(monkeypatch):
+    """Tempered CGM (4 rungs, ``ladder(4, 2.0)``: inverse temperatures 1, 1/3, 1/5, 1/7; the CPU
+    ``lax.map`` path).  Tempering's joint depends on ``y`` through every rung, so ``y`` cannot
+    be refreshed from the cold rung alone (no successive-conditional form); instead 6,000
+    replicates start at stationarity -- ``(T_1, y)`` an exact joint prior draw, each hotter
+    rung's tree an exact draw of its tempered posterior by enumeration -- and run 30 iterations
+    with ``y`` fixed (:func:`sbc.tempered_check`); the cold tree, its sigma^2 and leaf means
+    (posterior draw) and ``y`` must follow the joint prior.  Twin: the swaps read a zero
+    log-likelihood (every swap accepted; ``cgm.step_with_uniforms`` hands the swap a state whose
+    ``log_lik`` is 0 and the next step the true one)."""
+    from bdtree_jax.tree import leaf_nodes
+
+    joint = JointPrior(np.asarray(TOY_X), PRIOR, REGRESSION)
+    config = cgm.CGMConfig.from_prior(PRIOR, incremental=False)
+    betas = tempering.ladder(4, 2.0)
+    algorithm = tempering.tempered(cgm.cgm(config), betas)
+
+    def swap_sees_no_likelihood(orig, uniforms, state, data, config):
+        state = state._replace(log_lik=data.likelihood.log_lik(state.stats, leaf_nodes(state.tree)))
+        new, info = orig(uniforms, state, data, config)
+        return new._replace(log_lik=0.0 * new.log_lik), info
+
+    planted(monkeypatch, cgm, "step_with_uniforms", swap_sees_no_likelihood, 1)
+    results = tempered_check(algorithm, betas, config, joint, replicates=6000, iterations=30, seed=1, variants=2)
+    check(results, joint.stat_names(), ["correct", "every swap accepted"])
 
 
 @pytest.mark.parametrize("restructure", ["pi", "gibbs"])
@@ -196,4 +266,5 @@ def test_smc_evidence_identity(monkeypatch):
 
     planted(monkeypatch, smc, "_advance", half_increment, 2)
     results = smc_evidence_check(config, joint, replicates=4000, variants=3)
-    check(results, ("Z^/p(y)",) + joint.stat_names(), ["correct", "resampling from squared weights", "increments halved"])
+    check(results, ("Z^/p(y)",) + joint.stat_names(),
+          ["correct", "resampling from squared weights", "increments halved"])
