@@ -16,7 +16,12 @@ What is here (``docs/theory/calibration.md`` explains the method and its toleran
 * :func:`single_tree_geweke`: the successive-conditional simulator around any single-tree kernel:
   ``tree -> kernel steps given y -> (sigma^2, leaf values) | tree, y`` by the library's posterior
   draw (:func:`bdtree_jax.posterior.hard._sample_leaf_params`, what ``Posterior.predict`` uses)
-  ``-> y | tree, leaves, sigma``, vectorised over chains with ``jax.vmap``.
+  ``-> y | tree, leaves, sigma``, vectorised over chains with ``jax.vmap``;
+* :func:`bart_geweke` (BART's own ``geweke_step`` from exact prior draws, numeric or
+  categorical / missing inputs via :class:`MixedTreeTable`), :func:`smc_evidence_check` (the
+  unbiasedness of SMC's evidence estimate and weights, ``p(y)`` by enumeration) and
+  :func:`tempered_check` (every rung started at an exact draw of its tempered posterior);
+* :func:`planted`: a planted error run beside the correct sampler in one compiled program.
 """
 
 from __future__ import annotations
