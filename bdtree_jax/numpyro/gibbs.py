@@ -29,8 +29,9 @@ with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.sit
 * ``"mh"``: any other way ``f`` enters the model (Poisson, logistic, Student-t, a scale, several
   sites): per tree, Metropolis–Hastings against the model's log density, a grow/prune proposal
   with every leaf value drawn from a Laplace approximation of its conditional, then a proposal
-  of new leaf values alone (:mod:`bdtree_jax.kernels.tree_mh`).  The approximation reads the log
-  density's derivatives as 0 where they are not finite (:func:`_finite_derivatives`).
+  of new leaf values alone (:mod:`bdtree_jax.kernels.tree_mh`).  Where float32 makes the log
+  density's second derivative infinite or NaN, the approximation uses the central difference of
+  its gradient (:func:`_finite_derivatives`).
 * ``cart(..., leaf_values=False)`` sites (``"structure"``): grow/prune Metropolis–Hastings on the
   structure against the model's log density, the model's own leaf parameters held fixed (the new
   slots' parameters are the padding drawn from their prior, as :class:`TopologyMH` does).
@@ -69,6 +70,7 @@ _N_PROBES = 6  # random points f of _detect besides the prototype's
 # probit: Phi(eta) in float32 gives eta to round-off for probs in [_P_LOW, 1 - _Q_LOW] (eta in about
 # [-12.5, 1.53]); rows outside are re-evaluated with f shifted (_probit_eta), at most _ETA_ROUNDS times
 _P_LOW, _Q_LOW, _ETA_ROUNDS = 1e-36, 2.0**-4, 8
+_FD_STEP = 0.01  # the central difference of _finite_derivatives
 _TAIL = -3.0  # latents whose mean lies this far (sd) on the wrong side of 0: drawn by _tail_excess
 
 
@@ -440,15 +442,19 @@ class TreeGibbs(MCMCKernel):
         return fn
 
 
-def _finite_derivatives(fn):
+def _finite_derivatives(fn, step: float = _FD_STEP):
     """``fn`` ``f (n,) -> ()`` with the same values, whose gradient and Hessian-vector products
-    read 0 where ``fn``'s own are not finite.  A model's float32 log density can have finite
-    values but a NaN or infinite second derivative (``log Phi(eta)`` through
-    ``Bernoulli(probs=norm.cdf(eta))`` at ``eta < ~-10``: ``Phi'(eta)**2`` underflows); the MH
-    sweep's Laplace proposal (:mod:`bdtree_jax.kernels.tree_mh`) built from them is then NaN and
-    never accepted, and the tree never moves.  Read as 0 a row's curvature falls back to the
-    prior's there.  The proposal stays a function of the tree and the other trees' fit alone, the
-    same in both directions of a move, so the sweep stays exact; finite derivatives are unchanged."""
+    are made finite.  A model's float32 log density can have finite values and gradient but an
+    infinite or NaN second derivative (``log Phi(eta)`` through ``Bernoulli(probs=norm.cdf(eta))``
+    below ``eta ~ -10``, where ``Phi'(eta)**2`` underflows); the MH sweep's Laplace proposal
+    (:mod:`bdtree_jax.kernels.tree_mh`) built from it is then NaN, never accepted, and the tree
+    never moves.  Where the product ``h = H t`` (n,) is not finite it is replaced by the central
+    difference of the gradient along ``t``, ``(g(f + step t) - g(f - step t)) / (2 step)``
+    (computed only when some entry needs it, except under ``vmap``), and whatever is still not
+    finite, in ``g`` or ``h``, by 0 (the prior's curvature there).  The proposal stays a function
+    of the tree and the other trees' fit alone, the same in both directions of a move, so the
+    sweep stays exact; finite derivatives are returned unchanged (draws of models with finite
+    derivatives are bit-identical)."""
     grad = jax.grad(fn)
 
     def finite(a):
@@ -460,7 +466,12 @@ def _finite_derivatives(fn):
 
     @finite_grad.defjvp
     def _(primals, tangents):
-        g, h = jax.jvp(grad, primals, tangents)
+        (f,), (t,) = primals, tangents
+        g, h = jax.jvp(grad, (f,), (t,))
+        bad = ~jnp.isfinite(h)
+        h = jax.lax.cond(jnp.any(bad),
+                         lambda: jnp.where(bad, (grad(f + step * t) - grad(f - step * t)) / (2.0 * step), h),
+                         lambda: h)
         return finite(g), finite(h)
 
     @jax.custom_jvp
