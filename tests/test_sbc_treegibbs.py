@@ -12,9 +12,9 @@ means (independent chains: valid however the chains mix) and the forward draws' 
 tolerance ``|z| <= 4.5`` for every statistic (an exact sampler exceeds it in one statistic with
 probability ~ 2e-5 with 64 or 128 chains' t, ~ 1e-4 over a test's up to 8 statistics).  Each
 test has a planted-error twin that runs the same check on a kernel with one deliberate mistake
-and asserts that it FAILS (some ``|z| > 4.5``): a wrong conjugate variance, the probit's linear predictor clipped (at 2.05; see
-``_plant``), MH ratios without the proposal densities' ratio (the general sweep's, the
-structure's).
+and asserts that it FAILS (some ``|z| > 4.5``): a wrong conjugate variance, the probit's linear
+predictor clipped (at 2.05; see ``_plant``), MH ratios without the proposal densities' ratio (the
+general sweep's, the structure's).
 
 The quick versions (64 chains x 100 iterations; "probit" and "mh-cart" in the default suite, the
 others slow-marked) are short; the ``slow`` ones run the same checks on 128 chains x 500.
