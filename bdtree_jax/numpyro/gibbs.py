@@ -2,26 +2,36 @@
 :func:`~bdtree_jax.numpyro.cart` site of a model given the other sites, then runs the inner
 NUTS/HMC kernel on the continuous sites given the trees: ``MCMC(TreeGibbs(NUTS(model)), ...)``.
 
-Which update a tree site gets is decided once, on the host, by tracing the model at a prototype
-point and moving the site's function values ``f`` (n,) by a random ``delta``: the sites whose
-log-density changes are the ones ``f`` enters.
+Which update a tree site gets is decided once, on the host, by tracing the model with the site's
+function values ``f`` (n,) at seven points (the prototype's, near it, far from it on both sides:
+``_detect``), the other latent sites at the prototype's values: the sites whose log density
+changes are the ones ``f`` enters.  A conjugate update is chosen only where every probe agrees
+with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.site_notes` says why.
 
-* ``"normal"``: ``f`` enters exactly one site, an observed ``Normal(loc, scale)`` (n,) with
-  ``loc(f + delta) = loc(f) + delta`` and one scalar ``scale``.  Bayesian backfitting on the
-  working residual ``y - (loc - f)``, leaf values integrated out for the structure move and then
-  drawn from their conjugate normal conditional, with ``sigma = scale`` as the model has it now
-  (a site of NUTS, a constant, ...): the sweep of :class:`~bdtree_jax.estimators.BARTRegressor`
+* ``"normal"``: ``f`` enters exactly one site, an observed ``Normal(loc, scale)`` (n,), neither
+  scaled nor masked, with ``loc - f`` the same at every probe (``loc = f + rest``, slope exactly
+  1: ``Normal(2 f + 1, s)``, ``Normal(max(f, 0), s)``, ``Normal(f**2, s)`` get ``"mh"``) and one
+  scalar ``scale`` the same at every probe.  Bayesian backfitting on the working residual
+  ``y - (loc - f)``, leaf values integrated out for the structure move and then drawn from their
+  conjugate normal conditional, with ``sigma = scale`` as the model has it now (a site of NUTS, a
+  constant, ...): the sweep of :class:`~bdtree_jax.estimators.BARTRegressor`
   (:mod:`bdtree_jax.kernels.bart`; for ``cart``, one CGM98 proposal among grow, prune, change
   and swap).
-* ``"probit"``: the one site ``f`` enters is an observed ``Bernoulli(probs)`` with
-  ``Phi^-1(probs)`` moving by ``delta``.  Albert–Chib: latents ``z ~ N(eta, 1)`` truncated to the
-  side of 0 the label says (``eta = Phi^-1(probs)``, clipped at ``probs`` in
-  ``[1e-7, 1 - 1e-7]``), then backfitting on ``z - (eta - f)`` with ``sigma = 1``, as
-  :class:`~bdtree_jax.estimators.BARTClassifier`; the latents are not kept.
+* ``"probit"``: the one site ``f`` enters is an observed ``Bernoulli(probs)`` (neither scaled nor
+  masked) with ``Phi^-1(probs) - f`` the same at every probe where ``probs`` is read accurately
+  (``probs = Phi(f + rest)``; a clipped or floored ``Phi`` gets ``"mh"``).  Albert–Chib: latents
+  ``z ~ N(eta, 1)`` truncated to the side of 0 the label says (:func:`draw_latents`, accurate at
+  any ``eta``), then backfitting on ``z - (eta - f)`` with ``sigma = 1``, as
+  :class:`~bdtree_jax.estimators.BARTClassifier`; the latents are not kept.  ``eta`` is read from
+  ``probs`` where float32 holds it (``probs`` in ``[1e-36, 1 - 2**-4]``) and elsewhere from the
+  model traced again with ``f`` shifted by a known amount (``TreeGibbs._probit_eta``): no
+  clipping of ``eta`` (the former ``Phi^-1(clip(probs))`` saturated at ``|eta| ~ 5.2``).
 * ``"mh"``: any other way ``f`` enters the model (Poisson, logistic, Student-t, a scale, several
   sites): per tree, Metropolis–Hastings against the model's log density, a grow/prune proposal
   with every leaf value drawn from a Laplace approximation of its conditional, then a proposal
-  of new leaf values alone (:mod:`bdtree_jax.kernels.tree_mh`).
+  of new leaf values alone (:mod:`bdtree_jax.kernels.tree_mh`).  Where float32 makes the log
+  density's second derivative infinite or NaN, the approximation uses the central difference of
+  its gradient (:func:`_finite_derivatives`).
 * ``cart(..., leaf_values=False)`` sites (``"structure"``): grow/prune Metropolis–Hastings on the
   structure against the model's log density, the model's own leaf parameters held fixed (the new
   slots' parameters are the padding drawn from their prior, as :class:`TopologyMH` does).
@@ -38,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import ndtri
+from jax.scipy.special import log_ndtr, ndtr, ndtri
 from numpyro.handlers import condition, seed, substitute, trace
 from numpyro.infer.gibbs import conditioned, with_conditioning
 from numpyro.infer.hmc import HMC
@@ -51,10 +61,17 @@ from ..kernels import cgm, tree_mh
 from ..kernels._moves import mh_log_ratio
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
 
-__all__ = ["KINDS", "TreeGibbs", "TreeGibbsState"]
+__all__ = ["KINDS", "TreeGibbs", "TreeGibbsState", "draw_latents"]
+
+_LOG_2PI = 1.8378770664093453
 
 KINDS = ("normal", "probit", "mh")
-_PROBIT_CLIP = 1e-7
+_N_PROBES = 6  # random points f of _detect besides the prototype's
+# probit: Phi(eta) in float32 gives eta to round-off for probs in [_P_LOW, 1 - _Q_LOW] (eta in about
+# [-12.5, 1.53]); rows outside are re-evaluated with f shifted (_probit_eta), at most _ETA_ROUNDS times
+_P_LOW, _Q_LOW, _ETA_ROUNDS = 1e-36, 2.0**-4, 8
+_FD_STEP = 0.01  # the central difference of _finite_derivatives
+_TAIL = -3.0  # latents whose mean lies this far (sd) on the wrong side of 0: drawn by _tail_excess
 
 
 class TreeGibbsState(NamedTuple):
@@ -75,6 +92,7 @@ class _Site(NamedTuple):
     spec: TreeSiteSpec
     kind: str
     observed: str | None  # the observed site of "normal" / "probit"
+    note: str = ""  # why this kind (site_notes)
 
 
 def _unwrap(fn):
@@ -127,6 +145,12 @@ class TreeGibbs(MCMCKernel):
         """``{site name: kind}`` decided at ``init``."""
         return {s.spec.name: ("structure" if not s.spec.leaf_values else s.kind) for s in self._sites}
 
+    @property
+    def site_notes(self) -> dict:
+        """``{site name: note}`` decided at ``init``: the form detected, or why a site got the
+        general ``"mh"`` update (e.g. ``"the loc of Normal site 'y' is not f + (terms free of f)"``)."""
+        return {s.spec.name: s.note for s in self._sites}
+
     # -- set-up (host) -------------------------------------------------------------------------
 
     def _setup(self, model_args, model_kwargs) -> dict:
@@ -149,56 +173,89 @@ class TreeGibbs(MCMCKernel):
         latent = {k: s["value"] for k, s in proto.items() if s["type"] == "sample" and not s["is_observed"]}
         sites = []
         for spec in specs:
-            kind, observed = ("mh", None) if not spec.leaf_values else self._detect(spec, proto, latent, model_args,
-                                                                                   model_kwargs)
+            if spec.leaf_values:
+                kind, observed, note = self._detect(spec, proto, latent, model_args, model_kwargs)
+            else:
+                kind, observed, note = "mh", None, "cart(..., leaf_values=False): the structure alone"
             forced = self._kinds.get(spec.name)
             if forced is not None and forced != kind:
                 if forced != "mh":
                     raise ValueError(f"TreeGibbs: kinds[{spec.name!r}]={forced!r}, but the model is not of that form "
-                                     f"(detected {kind!r}); only 'mh' can be forced.")
-                kind, observed = "mh", None
-            sites.append(_Site(spec, kind, observed))
+                                     f"(detected {kind!r}: {note}); only 'mh' can be forced.")
+                kind, observed, note = "mh", None, f"forced by kinds (detected {kind!r}: {note})"
+            sites.append(_Site(spec, kind, observed, note))
         self._sites = tuple(sites)
         tree_sites = {s.spec.trees_site for s in sites}
         return {k: v for k, v in latent.items() if k not in tree_sites}
 
     def _detect(self, spec: TreeSiteSpec, proto, latent, model_args, model_kwargs):
-        """``(kind, observed site)`` of a site with leaf values (module docstring)."""
+        """``(kind, observed site, note)`` of a site with leaf values (module docstring): the model
+        traced with the site's values at :data:`_N_PROBES` + 1 points ``f`` (the prototype's and
+        random ones spread over ``+-(10 + 3 |offset|)``, both signs), the other latent sites at the
+        prototype's values.  ``"normal"`` / ``"probit"`` only where every probe agrees with the
+        form exactly (to float32 round-off); otherwise ``"mh"`` and ``note`` says why."""
         with jax.ensure_compile_time_eval():
-            f0 = jnp.asarray(proto[spec.name]["value"])
-            delta = 0.1 * jax.random.normal(jax.random.PRNGKey(1), f0.shape)
+            f0 = np.asarray(proto[spec.name]["value"], np.float64)
+            z = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (_N_PROBES,) + f0.shape), np.float64)
+            spread = 10.0 + 3.0 * abs(spec.offset)
+            probes = [f0, f0 + 0.1 * z[0], f0 + 3.0 * z[1], spread * z[2], -f0 + z[3], f0 - 8.0 + z[4],
+                      f0 + 8.0 + z[5]]
 
             def run(f):
-                model = substitute(condition(seed(self._model, 0), data=latent), data={spec.name: f})
+                model = substitute(condition(seed(self._model, 0), data=latent),
+                                   data={spec.name: jnp.asarray(f, jnp.float32)})
                 t = trace(model).get_trace(*model_args, **(model_kwargs or {}))
                 lp = {k: np.asarray(s["fn"].log_prob(s["value"])) for k, s in t.items() if s["type"] == "sample"}
                 return t, lp
 
-            t0, lp0 = run(f0)
-            t1, lp1 = run(f0 + delta)
-            moved = [k for k in lp0 if not np.allclose(lp0[k], lp1[k], rtol=1e-6, atol=1e-6)]
-            if len(moved) != 1 or not t0[moved[0]]["is_observed"]:
-                return "mh", None
-            obs = moved[0]
-            fn0, fn1 = _unwrap(t0[obs]["fn"]), _unwrap(t1[obs]["fn"])
-            if np.shape(t0[obs]["value"]) != f0.shape:
-                return "mh", None
-            d = np.asarray(delta)
-            if isinstance(fn0, dist.Normal) and type(fn1) is type(fn0):
-                loc0 = np.broadcast_to(np.asarray(fn0.loc), f0.shape)
-                loc1 = np.broadcast_to(np.asarray(fn1.loc), f0.shape)
-                if (np.size(fn0.scale) == 1 and np.allclose(loc1 - loc0, d, atol=1e-5)
-                        and np.allclose(fn0.scale, fn1.scale)):
-                    return "normal", obs
-            if isinstance(fn0, dist.BernoulliProbs) and type(fn1) is type(fn0):
-                p0 = np.broadcast_to(np.asarray(fn0.probs, np.float64), f0.shape)
-                p1 = np.broadcast_to(np.asarray(fn1.probs, np.float64), f0.shape)
-                from scipy.special import ndtri as np_ndtri
+            runs = [run(f) for f in probes]
+        traces = [t for t, _ in runs]
+        t0, lp0 = runs[0]
+        moved = sorted({k for _, lp in runs[1:] for k in lp0
+                        if np.shape(lp[k]) != np.shape(lp0[k]) or not np.allclose(lp0[k], lp[k], rtol=1e-6, atol=1e-6)})
+        if len(moved) != 1:
+            return "mh", None, f"f enters {len(moved)} sites ({moved}), not one observed site"
+        obs = moved[0]
+        site0 = t0[obs]
+        if not site0["is_observed"]:
+            return "mh", None, f"f enters the latent site {obs!r}, not an observed one"
+        if site0.get("scale") is not None or site0.get("mask") is not None:
+            return "mh", None, f"the observed site {obs!r} is scaled or masked"
+        if np.shape(site0["value"]) != f0.shape:
+            return "mh", None, f"the observed site {obs!r} has shape {np.shape(site0['value'])}, not f's {f0.shape}"
+        fns = [_unwrap(t[obs]["fn"]) for t in traces]
+        families = {type(fn) for fn in fns}
+        if len(families) != 1:
+            return "mh", None, f"the observed site {obs!r} changes family with f"
+        family = families.pop()
+        if family is dist.Normal:
+            loc = [np.broadcast_to(np.asarray(fn.loc, np.float64), f0.shape) for fn in fns]
+            scale = [np.asarray(fn.scale, np.float64) for fn in fns]
+            rest = [m - f for m, f in zip(loc, probes)]  # loc - f: free of f where loc = f + rest
+            tol = 1e-5 * (1.0 + max(np.abs(m).max() for m in loc))
+            if not all(np.allclose(r, rest[0], rtol=0.0, atol=tol) for r in rest[1:]):
+                return "mh", None, f"the loc of Normal site {obs!r} is not f + (terms free of f)"
+            if np.size(scale[0]) != 1 or not all(np.shape(s) == np.shape(scale[0]) and np.allclose(s, scale[0],
+                                                                                                 rtol=1e-6, atol=0.0)
+                                                 for s in scale[1:]):
+                return "mh", None, f"the scale of Normal site {obs!r} is not one scalar free of f"
+            return "normal", obs, "an observed Normal(f + rest, scale)"
+        if family is dist.BernoulliProbs:
+            from scipy.special import ndtri as np_ndtri
 
-                ok = (p0 > 1e-3) & (p0 < 1 - 1e-3) & (p1 > 1e-3) & (p1 < 1 - 1e-3)
-                if ok.any() and np.allclose((np_ndtri(p1) - np_ndtri(p0))[ok], d[ok], atol=2e-3):
-                    return "probit", obs
-        return "mh", None
+            rest, seen = [], np.zeros(f0.shape, int)
+            for fn, f in zip(fns, probes):
+                p = np.broadcast_to(np.asarray(fn.probs, np.float64), f0.shape)
+                ok = (p >= 1e-30) & (p <= 1.0 - 1e-3)
+                seen += ok
+                rest.append(np.where(ok, np_ndtri(np.clip(p, 1e-30, 1.0 - 1e-3)) - f, np.nan))
+            rest = np.array(rest)
+            both = seen >= 2  # rows in the accurate range at two probes or more
+            r = rest[:, both]
+            if both.any() and np.max(np.fmax.reduce(r, 0) - np.fmin.reduce(r, 0)) <= 2e-3:
+                return "probit", obs, "an observed Bernoulli(Phi(f + rest))"
+            return "mh", None, f"the probs of Bernoulli site {obs!r} are not Phi(f + terms free of f)"
+        return "mh", None, f"the observed site {obs!r} is a {family.__name__}, neither Normal nor Bernoulli(probs)"
 
     # -- values of the sites ----------------------------------------------------------------------
 
@@ -302,14 +359,14 @@ class TreeGibbs(MCMCKernel):
                 loc = jnp.broadcast_to(fn.loc, (n,)).astype(jnp.float32)
                 target, sigma2 = y - loc + state.fit, jnp.reshape(fn.scale, (-1,))[0] ** 2
             else:
-                probs = jnp.clip(jnp.broadcast_to(fn.probs, (n,)), _PROBIT_CLIP, 1.0 - _PROBIT_CLIP)
-                eta = ndtri(probs.astype(jnp.float32))
-                target = bart_kernel.draw_latents(key_latent, eta, y) - eta + state.fit
+                eta = self._probit_eta(site, values, jnp.broadcast_to(fn.probs, (n,)), model_args, model_kwargs)
+                target = draw_latents(key_latent, eta, y) - eta + state.fit
                 sigma2 = jnp.float32(1.0)
             new, info = bart_kernel.step(key, state._replace(sigma2=jnp.asarray(sigma2, jnp.float32)),
                                          data._replace(y=target.astype(jnp.float32)), spec.config)
             return new, info.accepted
 
+        @_finite_derivatives
         def log_lik(f):
             return self._log_density({**values, spec.name: spec.offset + f}, model_args, model_kwargs)
 
@@ -319,6 +376,46 @@ class TreeGibbs(MCMCKernel):
         trees, leaf_values, fit, accepted, _ = tree_mh.sweep(key, state.trees, state.leaf_values, fit, log_lik,
                                                              data.tree_data, spec.tau2, _mh_config(spec))
         return state._replace(trees=trees, leaf_values=leaf_values, fit=fit, sweeps=state.sweeps + 1), accepted
+
+    def _probit_eta(self, site: _Site, values, probs, model_args, model_kwargs):
+        """(n,) float32 the linear predictor ``eta = Phi^-1(probs)`` of a ``"probit"`` site's
+        observation, without the float32 round trip's loss: ``Phi(eta)`` rounds to 1 above
+        ``eta ~ 5.3`` and under ``float32`` tiny below ``-13``, so a row whose ``probs`` (n,) lies
+        outside ``[_P_LOW, 1 - _Q_LOW]`` is evaluated again with the site's values shifted by a
+        known amount ``d`` (``eta(f + d) = eta(f) + d`` on this site, checked by ``_detect``)
+        until it lands inside, at most ``_ETA_ROUNDS`` times (``|eta|`` up to ~90; beyond, the
+        last bound).  A model whose rows all lie inside is traced once, as before."""
+        name, obs = site.spec.name, site.observed
+        f = values[name]
+
+        def read(p):
+            """(eta + shift where inside, inside, the next shift's change)"""
+            p = p.astype(jnp.float32)
+            q = 1.0 - p  # exact for p >= 1/2
+            low, high = p < _P_LOW, q < _Q_LOW
+            eta = jnp.where(p <= 0.5, ndtri(jnp.maximum(p, _P_LOW)), -ndtri(jnp.clip(q, _P_LOW, 0.5)))
+            # below the range: eta < ~-12.5, up by 12; above: by the estimate + 6 to ~-6, or by 17
+            # where q rounds to 0 (eta > ~5.3)
+            move = jnp.where(low, 12.0, jnp.where(q > 0.0, -(eta + 6.0), -17.0))
+            return eta, ~(low | high), jnp.where(low | high, move, 0.0)
+
+        eta, inside, move = read(probs)
+
+        def cond(carry):
+            k, _, _, inside, _ = carry
+            return (k < _ETA_ROUNDS) & ~jnp.all(inside)
+
+        def body(carry):
+            k, shift, eta, inside, move = carry
+            shift = shift + move  # rows inside have move 0
+            t = self._trace({**values, name: f + shift}, model_args, model_kwargs)
+            new_eta, new_inside, new_move = read(jnp.broadcast_to(_unwrap(t[obs]["fn"]).probs, f.shape))
+            return (k + 1, shift, jnp.where(inside, eta, new_eta), inside | new_inside,
+                    jnp.where(inside, 0.0, new_move))
+
+        zero = jnp.zeros_like(f)
+        _, shift, eta, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), zero, eta, inside, move))
+        return (eta - shift).astype(jnp.float32)
 
     def refresh(self, state, model_args, model_kwargs):
         return state
@@ -343,6 +440,84 @@ class TreeGibbs(MCMCKernel):
             return {**values, **{k: s["value"] for k, s in t.items() if s["type"] == "deterministic"}}
 
         return fn
+
+
+def _finite_derivatives(fn, step: float = _FD_STEP):
+    """``fn`` ``f (n,) -> ()`` with the same values, whose gradient and Hessian-vector products
+    are made finite.  A model's float32 log density can have finite values and gradient but an
+    infinite or NaN second derivative (``log Phi(eta)`` through ``Bernoulli(probs=norm.cdf(eta))``
+    below ``eta ~ -10``, where ``Phi'(eta)**2`` underflows); the MH sweep's Laplace proposal
+    (:mod:`bdtree_jax.kernels.tree_mh`) built from it is then NaN, never accepted, and the tree
+    never moves.  Where the product ``h = H t`` (n,) is not finite it is replaced by the central
+    difference of the gradient along ``t``, ``(g(f + step t) - g(f - step t)) / (2 step)``
+    (computed only when some entry needs it, except under ``vmap``), and whatever is still not
+    finite, in ``g`` or ``h``, by 0 (the prior's curvature there).  The proposal stays a function
+    of the tree and the other trees' fit alone, the same in both directions of a move, so the
+    sweep stays exact; finite derivatives are returned unchanged (draws of models with finite
+    derivatives are bit-identical)."""
+    grad = jax.grad(fn)
+
+    def finite(a):
+        return jnp.where(jnp.isfinite(a), a, 0.0)
+
+    @jax.custom_jvp
+    def finite_grad(f):
+        return finite(grad(f))
+
+    @finite_grad.defjvp
+    def _(primals, tangents):
+        (f,), (t,) = primals, tangents
+        g, h = jax.jvp(grad, (f,), (t,))
+        bad = ~jnp.isfinite(h)
+        h = jax.lax.cond(jnp.any(bad),
+                         lambda: jnp.where(bad, (grad(f + step * t) - grad(f - step * t)) / (2.0 * step), h),
+                         lambda: h)
+        return finite(g), finite(h)
+
+    @jax.custom_jvp
+    def out(f):
+        return fn(f)
+
+    @out.defjvp
+    def _(primals, tangents):
+        (f,), (t,) = primals, tangents
+        return fn(f), jnp.vdot(finite_grad(f), t)
+
+    return out
+
+
+def _tail_excess(c, log_u, steps: int = 6):
+    """(shape of ``c``) ``t >= 0`` with ``log Phi(-(c + t)) = log u + log Phi(-c)``: the excess over
+    ``c`` of a standard normal truncated to ``(c, inf)``, by inversion in log space, for ``c``
+    (...) >= ~3 and ``log_u`` (...) ``log u``, ``u`` uniform on (0, 1).  ``h(t) = log Phi(-(c + t))
+    - log Phi(-c) - log u`` is concave and decreasing, and ``t0 = -log u / c`` (the exponential
+    tail's) lies right of its root (the hazard exceeds ``c``), so Newton's steps fall monotonically
+    to the root; six are far more than float32 needs for ``c >= 3``."""
+    target = log_ndtr(-c) + log_u
+    t = -log_u / c
+    for _ in range(steps):
+        v = c + t
+        log_q = log_ndtr(-v)
+        hazard = jnp.exp(-0.5 * v * v - 0.5 * _LOG_2PI - log_q)
+        t = jnp.maximum(t + (log_q - target) / hazard, 0.0)
+    return t
+
+
+def draw_latents(key, eta, y):
+    """Albert–Chib latents (shape of ``eta``): ``z_i ~ N(eta_i, 1)`` truncated to ``z_i > 0`` where
+    ``y_i = 1`` and to ``z_i < 0`` where ``y_i = 0``, accurate at any ``eta``.  With ``s = 2y - 1``
+    and ``a = s eta``: where ``a >= _TAIL``, :func:`bdtree_jax.kernels.bart.draw_latents`
+    (inversion on the side that keeps precision); where ``a < _TAIL`` (the mean far on the wrong
+    side of 0, where ``Phi(a)`` underflows float32 below ``a ~ -13`` and the other formula
+    subtracts two nearly equal numbers) ``z = s t`` with ``t`` the excess of a standard normal
+    over ``-a`` (:func:`_tail_excess`), from the same uniform: one inversion, two numerics."""
+    s = 2.0 * y.astype(jnp.float32) - 1.0
+    u = jax.random.uniform(key, jnp.shape(eta), jnp.float32) + jnp.float32(2.0**-24)
+    p = jnp.maximum(u * ndtr(s * eta), jnp.finfo(jnp.float32).tiny)
+    body = eta - s * ndtri(p)  # bart_kernel.draw_latents' formula, from the same u
+    a = s * eta
+    tail = s * _tail_excess(jnp.maximum(-a, -_TAIL), jnp.log(u))
+    return jnp.where(a < _TAIL, tail, body).astype(jnp.float32)
 
 
 def _mh_config(spec: TreeSiteSpec) -> tree_mh.TreeMHConfig:
