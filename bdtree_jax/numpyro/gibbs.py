@@ -95,8 +95,9 @@ class TreeGibbs(MCMCKernel):
         no latent site besides its trees it is not run (and costs nothing).
     kinds : optional ``{site name: kind}`` forcing a site's update (:data:`KINDS`).
 
-    Samples hold the packed trees ``{name}_trees`` and, through ``postprocess``, the sites'
-    deterministic values (``name``, ``{name}_n_leaves``, ``{name}_depth``).
+    Samples hold, through ``postprocess``, the sites' deterministic values (``name``,
+    ``{name}_n_leaves``, ``{name}_depth``); the packed trees ``{name}_trees`` are in the extra
+    field ``"packed_trees"`` (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
     """
 
     sample_field = "z"
