@@ -186,11 +186,16 @@ def test_timestamp_features_structure_site_routes_as_its_proposals_count():
     """``cart(..., leaf_values=False)``: the leaf indicators the likelihood uses route the rows as
     the kernel's bin codes do (its proposals count rows by bin), draw after draw."""
     kernel = TreeGibbs(NUTS(_structure_model))
-    mcmc = MCMC(kernel, num_warmup=60, num_samples=1, progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=60, num_samples=40, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(2), X_TS, Y_TS)
     last = mcmc.last_state.trees[0].trees
     assert int(np.asarray(last.tree.is_split[0]).sum()) >= 2
-    np.testing.assert_array_equal(mcmc.get_samples()["slot"][-1], np.asarray(last.leaf_id[0]))
+    slot = np.asarray(mcmc.get_samples()["slot"])
+    np.testing.assert_array_equal(slot[-1], np.asarray(last.leaf_id[0]))
+    # every draw: the slots from the bin codes of its decoded tree (leaf values: the slot numbers)
+    trees = np.array(_samples(mcmc)["g_trees"])[:, None]
+    trees[..., 2] = np.arange(trees.shape[-2])
+    np.testing.assert_array_equal(slot, _reference(trees, make_split_grid(X_TS), X_TS, 0.0))
 
 
 # -- errors ---------------------------------------------------------------------------------------
