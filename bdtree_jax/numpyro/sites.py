@@ -32,7 +32,7 @@ in the extra field ``"packed_trees"``; :func:`posterior_samples` puts them back 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import NamedTuple
 
 import jax
@@ -298,6 +298,18 @@ def _no_gradient_transform(constraint):
     return _NoGradientTransform()
 
 
+@partial(jax.jit, static_argnums=(3, 4, 5))
+def _prior_draws(keys, data, grid: SiteGrid, config, kind: str, leaf_values: bool):
+    """(K, ...) packed prior draws, one per key of ``keys`` (K, ...): one program, compiled once per
+    configuration and shape (the model is traced several times by NumPyro's and ArviZ's tools)."""
+    def one(k):
+        state = bart_kernel.prior_draw(k, data, config)
+        value = encode_trees(state.trees.tree, state.leaf_values, grid, leaf_values)
+        return value if kind == "bart" else value[0]
+
+    return jax.vmap(one)(keys)
+
+
 class HardTreePrior(Distribution):
     """The prior of a tree site's packed trees (module docstring): ``sample`` draws trees from the
     tree prior (grown top-down, :func:`bdtree_jax.kernels.bart.prior_draw`) and their leaf values
@@ -325,16 +337,9 @@ class HardTreePrior(Distribution):
             if spec.leaf_values:
                 value = value.at[..., _LEAF].set(jnp.nan).at[..., _OFFSET].set(jnp.nan)
             return jnp.broadcast_to(value, tuple(sample_shape) + self.event_shape)
-        config = spec.config
-        data, grid = spec.problem.data, spec.thresholds
-
-        def one(k):
-            state = bart_kernel.prior_draw(k, data, config)
-            value = encode_trees(state.trees.tree, state.leaf_values, grid, spec.leaf_values)
-            return value if spec.kind == "bart" else value[0]
-
         n = int(np.prod(sample_shape))
-        draws = jax.jit(jax.vmap(one))(jax.random.split(key, max(n, 1)))  # one program, not op by op
+        draws = _prior_draws(jax.random.split(key, max(n, 1)), spec.problem.data, spec.thresholds, spec.config,
+                             spec.kind, spec.leaf_values)
         return draws.reshape(tuple(sample_shape) + self.event_shape) if n else draws[0]
 
     def stump(self):
