@@ -31,7 +31,7 @@ from scipy.stats import norm, poisson
 from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.exact.hard import leaf_partition
 from bdtree_jax.likelihoods import NormalMeanShift
-from bdtree_jax.numpyro import TreeGibbs, bart, cart
+from bdtree_jax.numpyro import TreeGibbs, bart, cart, posterior_samples
 from bdtree_jax.numpyro.sites import decode_trees, ensemble_values
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.data import make_split_grid
@@ -105,7 +105,7 @@ def _run(model, X, y, *, num_samples, num_chains=8, seed=0):
     mcmc = MCMC(kernel, num_warmup=500, num_samples=num_samples, num_chains=num_chains,
                 chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(seed), X, y)
-    return kernel, mcmc.get_samples()
+    return kernel, posterior_samples(mcmc)
 
 
 def _frequencies(samples, X):
@@ -182,7 +182,7 @@ def test_bart_site_recovers_a_function_and_sigma():
 
     kernel, samples = _run(model, X, y, num_samples=300, num_chains=1)
     assert kernel.site_kinds == {"f": "normal"}
-    assert samples["f_trees"].shape == (300, 20, 7 * 9, 3)
+    assert samples["f_trees"].shape == (300, 20, 7 * 9, 7)
     rmse = float(np.sqrt(np.mean((samples["f"].mean(0) - f) ** 2)))
     assert rmse < 0.15, rmse
     assert abs(float(samples["sigma"].mean()) - 0.3) < 0.05
@@ -250,7 +250,7 @@ def test_geweke_bart_plus_linear_part():
 
     def step(carry, key):
         state, y = carry
-        v = values(state.z)
+        v = {**values(state.z), "f_trees": state.z["f_trees"]}  # the samples leave the packed trees out
         k_y, k_step = jax.random.split(key)
         y = (v["f"] + Z @ v["beta"] + v["sigma"] * jax.random.normal(k_y, (n,))).astype(jnp.float32)
         state = kernel.sample(state._replace(rng_key=k_step), (X, Z, y), {})
@@ -285,21 +285,22 @@ def test_arviz_predictive_and_chains_over_devices():
                     chain_method=method, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(3), X, y)
         runs[method] = mcmc
-    a, b = (runs[m].get_samples() for m in ("sequential", "parallel"))
+    a, b = (posterior_samples(runs[m]) for m in ("sequential", "parallel"))
     assert jax.device_count() >= 2
     np.testing.assert_array_equal(a["f_trees"], b["f_trees"])
     np.testing.assert_allclose(a["sigma"], b["sigma"], rtol=1e-6)
 
     mcmc = runs["sequential"]
     fit = np.asarray(mcmc.last_state.trees[0].fit)  # (chains, n) the kernel's sum of trees, in bin codes
-    last = mcmc.get_samples(group_by_chain=True)
+    last = posterior_samples(mcmc, group_by_chain=True)
     np.testing.assert_allclose(last["f"][:, -1], fit, atol=1e-6)
-    routed = [np.asarray(ensemble_values(jnp.asarray(last["f_trees"][c, -1]), jnp.asarray(X, jnp.float32)))
+    routed = [np.asarray(ensemble_values(jnp.asarray(last["f_trees"][c, -1]), X))  # offset 0 here
               for c in range(2)]  # the same trees evaluated from their thresholds (new rows go this way)
     np.testing.assert_allclose(np.stack(routed), fit, atol=1e-5)
 
     idata = az.from_numpyro(mcmc)
     assert {"f", "f_n_leaves", "f_depth", "sigma"} <= set(idata.posterior.data_vars)
+    assert "f_trees" not in idata.posterior.data_vars  # in mcmc.get_extra_fields()["packed_trees"]
     assert idata.posterior["sigma"].shape == (2, 60)
     assert "y" in idata.log_likelihood
 
@@ -329,6 +330,6 @@ def test_cart_leaf_indicators_structure_update_matches_enumeration():
 
     kernel, samples = _run(model, X_TINY, y, num_samples=20000, num_chains=16)
     assert kernel.site_kinds == {"g": "structure"}
-    assert samples["g_trees"].shape == (320000, n_slots, 2)
+    assert samples["g_trees"].shape == (320000, n_slots, 7)
     tv = tv_distance(_frequencies(samples, X_TINY), exact)
     assert tv <= 0.04, tv

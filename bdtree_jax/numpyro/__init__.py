@@ -20,12 +20,12 @@ Soft trees (:mod:`~bdtree_jax.numpyro.soft`, the RJHMC-Tree paper's models):
 """
 
 from .gibbs import KINDS, TreeGibbs, TreeGibbsState
-from .sites import HardTreePrior, bart, cart
+from .sites import HardTreePrior, bart, cart, posterior_samples
 from .soft import (TopologyMH, TopologyMHState, TreeKernel, TreeTopology, classification_model, feature_sweep,
                    propose_topology, regression_model, soft_tree)
 
 __all__ = [
-    "bart", "cart", "TreeGibbs", "TreeGibbsState", "HardTreePrior", "KINDS",
+    "bart", "cart", "posterior_samples", "TreeGibbs", "TreeGibbsState", "HardTreePrior", "KINDS",
     "TreeTopology", "soft_tree", "classification_model", "regression_model", "TopologyMH", "TopologyMHState",
     "TreeKernel", "propose_topology", "feature_sweep",
 ]

@@ -79,13 +79,15 @@ class TreeGibbsState(NamedTuple):
     unconstrained values) and each tree site's values at the rows ``name`` (n,); ``trees``: per tree site its :class:`~bdtree_jax.kernels.bart.BARTState`
     (the trees in bin codes, their leaf values and ``fit`` (n,) the sum of trees at the rows);
     ``accepted``: per tree site the (M,) trees changed in the last sweep; ``inner``: the inner
-    kernel's state (None without continuous sites)."""
+    kernel's state (None without continuous sites); ``packed_trees``: the packed trees by site
+    (the extra field that ``MCMC`` collects: ``postprocess_fn`` leaves them out of the samples)."""
 
     z: dict
     trees: tuple
     accepted: tuple
     inner: Any
     rng_key: Any
+    packed_trees: dict = {}
 
 
 class _Site(NamedTuple):
@@ -111,8 +113,9 @@ class TreeGibbs(MCMCKernel):
         no latent site besides its trees it is not run (and costs nothing).
     kinds : optional ``{site name: kind}`` forcing a site's update (:data:`KINDS`).
 
-    Samples hold the packed trees ``{name}_trees`` and, through ``postprocess``, the sites'
-    deterministic values (``name``, ``{name}_n_leaves``, ``{name}_depth``).
+    Samples hold, through ``postprocess``, the sites' deterministic values (``name``,
+    ``{name}_n_leaves``, ``{name}_depth``); the packed trees ``{name}_trees`` are in the extra
+    field ``"packed_trees"`` (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
     """
 
     sample_field = "z"
@@ -138,7 +141,7 @@ class TreeGibbs(MCMCKernel):
 
     @property
     def default_fields(self):
-        return ("z",)
+        return ("z", "packed_trees")
 
     @property
     def site_kinds(self) -> dict:
@@ -316,7 +319,10 @@ class TreeGibbs(MCMCKernel):
         elif init_params:
             raise ValueError(f"TreeGibbs: init_params names {sorted(init_params)}; the model has no other latent site.")
         z = self._z(trees, inner_state)
-        return TreeGibbsState(z, trees, accepted, inner_state, rng_key)
+        return TreeGibbsState(z, trees, accepted, inner_state, rng_key, self._packed(z))
+
+    def _packed(self, z) -> dict:
+        return {s.spec.trees_site: z[s.spec.trees_site] for s in self._sites}
 
     def _z(self, trees, inner_state) -> dict:
         """The sample values: the inner sites', the packed trees and each site's values at the rows
@@ -342,7 +348,8 @@ class TreeGibbs(MCMCKernel):
             kwargs = with_conditioning(model_kwargs, self._values(trees, {}))
             inner_state = self._inner.refresh(inner_state, model_args, kwargs)
             inner_state = self._inner.sample(inner_state, model_args, kwargs)
-        return TreeGibbsState(self._z(trees, inner_state), tuple(trees), tuple(accepted), inner_state, rng_key)
+        z = self._z(trees, inner_state)
+        return TreeGibbsState(z, tuple(trees), tuple(accepted), inner_state, rng_key, self._packed(z))
 
     def _update(self, site: _Site, key, state: bart_kernel.BARTState, values, model_args, model_kwargs):
         spec = site.spec
@@ -430,6 +437,7 @@ class TreeGibbs(MCMCKernel):
         model_kwargs = {} if model_kwargs is None else model_kwargs
         tree_names = [s.spec.trees_site for s in self._sites]
         tree_names += [s.spec.name for s in self._sites if s.spec.leaf_values]
+        packed = {s.spec.trees_site for s in self._sites}
 
         def fn(z):
             trees = {k: z[k] for k in tree_names}
@@ -437,7 +445,8 @@ class TreeGibbs(MCMCKernel):
             constrained = {} if self._inner is None else self._inner.get_constrain_fn(model_args, model_kwargs)(rest)
             values = {**trees, **constrained}
             t = trace(substitute(seed(self._model, 0), data=values)).get_trace(*model_args, **model_kwargs)
-            return {**values, **{k: s["value"] for k, s in t.items() if s["type"] == "deterministic"}}
+            out = {**values, **{k: s["value"] for k, s in t.items() if s["type"] == "deterministic"}}
+            return {k: v for k, v in out.items() if k not in packed}  # in the extra field "packed_trees"
 
         return fn
 
