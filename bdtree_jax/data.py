@@ -468,4 +468,11 @@ def check_regression_y(y, n: int, *, name: str = "y", estimator: str = "") -> np
                          f"got dtype {y.dtype}.") from None
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{where}{name} contains NaN or infinite values.")
+    # the models standardise y in float64, but predictions, leaf values and sigma come back in
+    # y's units as float32
+    big, tiny = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
+    top = float(np.max(np.abs(y))) if y.size else 0.0
+    if top > big or 0.0 < top < tiny:
+        raise ValueError(f"{where}{name} has values of magnitude up to {top:.3g}, outside float32's range of normal "
+                         f"numbers [{tiny:.3g}, {big:.3g}] in which predictions are returned; rescale {name}.")
     return y

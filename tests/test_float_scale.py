@@ -79,3 +79,148 @@ def test_mh_sweep_takes_per_row_log_densities_at_a_million_rows():
     assert accepted.shape == (1,)
     np.testing.assert_allclose(np.asarray(fit), np.asarray(tree_mh.fit_from_trees(values, trees.leaf_id)), atol=1e-6)
     assert float(log_lik) == pytest.approx(float(jnp.sum(rows(fit))), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# regression of a response of any scale
+
+SCALES = (1e-20, 1e20)
+
+
+def _regression_data(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 2))
+    y = np.where(X[:, 0] > 0.5, 2.0, -1.0) + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n)
+    return X, y
+
+
+def _tree_fit(method, X, y, num_chains=2, **kw):
+    import bdtree_jax as bd
+
+    reg = bd.BayesianTreeRegressor(method=method, max_depth=3, num_warmup=30 * num_chains,
+                                   num_samples=30 * num_chains, num_chains=num_chains, seed=0, **kw)
+    with _no_numpy_warnings():
+        return reg.fit(X, y)
+
+
+class _no_numpy_warnings:
+    """Fail on numpy's RuntimeWarnings (overflow, invalid value): the old symptom of a response
+    of extreme scale."""
+
+    def __enter__(self):
+        import warnings
+
+        self._cm = warnings.catch_warnings()
+        self._cm.__enter__()
+        warnings.filterwarnings("error", category=RuntimeWarning)
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+def _check_equivariant(base, fits, X, rtol=2e-5, intervals=True):
+    """Every fit of ``{scale: estimator}`` (y times scale) has ``base``'s trees, log-likelihood
+    trace (of the standardised response) and, divided by the scale, its predictions and
+    (``intervals``) intervals, credible and predictive, within ``rtol`` (float32 rounding of the
+    outputs)."""
+    ref_pred = base.predict(X)
+    ref_int = [np.asarray(base.predict_interval(X, predictive=p)) for p in (False, True)] if intervals else []
+    for s, reg in fits.items():
+        assert reg.posterior_.tree_strings() == base.posterior_.tree_strings(), s
+        np.testing.assert_allclose(reg.posterior_.stats["log_lik"], base.posterior_.stats["log_lik"], rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(reg.predict(X) / s, ref_pred, rtol=rtol, atol=rtol * np.abs(ref_pred).max())
+        for p, ref in zip((False, True), ref_int):
+            got = np.asarray(reg.predict_interval(X, predictive=p)) / s
+            np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+
+
+def test_single_tree_regression_is_scale_equivariant():
+    """CGM on y, y * 1e-20 and y * 1e20 (float32 squares 1e20 beyond its range and 1e-20 below
+    it): the same trees draw for draw, the same log-likelihood trace, and predictions equal to
+    the scale times the unit-scale ones within 2e-5 relative (float32 outputs).  Before #38 the
+    scaled chains stayed at the stump and predicted the mean (numpy overflow warnings only).
+    (Intervals, ArviZ and the other methods: the slow tests below.)"""
+    X, y = _regression_data()
+    base = _tree_fit("cgm", X, y, num_chains=1)
+    assert len(set(base.posterior_.tree_strings())) > 1
+    fits = {s: _tree_fit("cgm", X, y * s, num_chains=1) for s in SCALES}
+    _check_equivariant(base, fits, X, intervals=False)
+
+
+@pytest.mark.slow
+def test_single_tree_regression_is_scale_equivariant_intervals_arviz():
+    """CGM as above with 2 chains: credible and predictive intervals scale too (2e-5), the
+    pointwise log-likelihood of y * 1e20 is that of y minus log(1e20) and sigma scales."""
+    X, y = _regression_data()
+    base = _tree_fit("cgm", X, y)
+    fits = {s: _tree_fit("cgm", X, y * s) for s in SCALES}
+    _check_equivariant(base, fits, X)
+    # the pointwise log-likelihood of y * s is that of y minus log(s); sigma scales
+    a, b = base.posterior_.to_arviz(seed=1), fits[1e20].posterior_.to_arviz(seed=1)
+    np.testing.assert_allclose(b.log_likelihood["y"].values, a.log_likelihood["y"].values - np.log(1e20),
+                               rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(b.posterior["sigma"].values / 1e20, a.posterior["sigma"].values, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["pg", "smc", "wu", "pcfg"])
+def test_single_tree_regression_is_scale_equivariant_every_method(method):
+    """As above for the other methods on NormalMeanShift leaves (PCFG: 40 rows, 4 buckets a
+    feature, so that its box grammar stays small)."""
+    from bdtree_jax.methods import PCFG
+
+    X, y = _regression_data(n=40 if method == "pcfg" else 120)
+    m = PCFG(n_buckets=4) if method == "pcfg" else method
+    base = _tree_fit(m, X, y)
+    fits = {s: _tree_fit(m, X, y * s) for s in SCALES}
+    _check_equivariant(base, fits, X)
+    if method == "pcfg":
+        for s, reg in fits.items():
+            np.testing.assert_allclose(reg.posterior_.predictive(X)[:, 0] / s, base.posterior_.predictive(X)[:, 0],
+                                       rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_bart_regression_is_scale_equivariant():
+    """BART standardises y by its range already: y * 1e-20 and y * 1e20 give the draws of y (the
+    same trees' predictions), predictions and sigma scaled, within 2e-5 relative."""
+    import bdtree_jax as bd
+
+    X, y = _regression_data()
+
+    def fit(yy):
+        with _no_numpy_warnings():
+            return bd.BARTRegressor(n_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, yy)
+
+    base = fit(y)
+    for s in SCALES:
+        reg = fit(y * s)
+        np.testing.assert_allclose(reg.predict(X) / s, base.predict(X), rtol=2e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(reg.predict_interval(X, predictive=True)) / s,
+                                   np.asarray(base.predict_interval(X, predictive=True)), rtol=2e-5, atol=1e-5)
+        np.testing.assert_allclose(reg.posterior_.sigma / s, base.posterior_.sigma, rtol=2e-5)
+
+
+def test_response_outside_float32_is_refused():
+    """A response beyond float32's normal range is a ValueError naming y, before anything runs."""
+    import bdtree_jax as bd
+
+    X, y = _regression_data(n=20)
+    for yy in (y * 1e39, y * 1e-40):
+        with pytest.raises(ValueError, match="y has values of magnitude"):
+            bd.BayesianTreeRegressor(num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
+        with pytest.raises(ValueError, match="y has values of magnitude"):
+            bd.BARTRegressor(n_trees=2, num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
+
+
+@pytest.mark.slow
+def test_non_finite_log_likelihood_is_an_error():
+    """hmc-df's leaf priors are stated in y's own units (not standardised): at y * 1e20 its float32
+    log-likelihood overflows to -inf at every draw, which must be a clear error naming y and the
+    priors, not a stump predicting the mean."""
+    import bdtree_jax as bd
+
+    X, y = _regression_data(n=60)
+    reg = bd.BayesianTreeRegressor(method="hmc-df", max_depth=2, num_warmup=10, num_samples=10, num_chains=1)
+    with pytest.raises(ValueError, match="log-likelihood is not finite.*rescale y"):
+        reg.fit(X, y * 1e20)

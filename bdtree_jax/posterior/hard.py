@@ -96,15 +96,16 @@ def _at_rows(params, trees: Tree, bins):
 
 
 @functools.partial(jax.jit, static_argnames=("n_total",))
-def _noisy_at_rows(keys, params, sigma2, trees: Tree, bins, start, n_total):
-    """:func:`_at_rows` plus ``N(0, sigma^2)`` noise: the rows ``start : start + r`` of the
-    ``normal(split(key, 3)[1], (n_total, P))`` each draw's key gives (so the noise of a row does
-    not depend on the chunking)."""
+def _noisy_at_rows(keys, params, sigma2, trees: Tree, bins, start, n_total, scale=1.0):
+    """:func:`_at_rows` plus ``N(0, scale^2 sigma^2)`` noise (``sigma2`` the likelihood's
+    standardised noise variance, ``scale`` its ``scale``: y's units): the rows ``start : start + r``
+    of the ``normal(split(key, 3)[1], (n_total, P))`` each draw's key gives (so the noise of a row
+    does not depend on the chunking)."""
 
     def one(key, p, s2, tree):
         mu = p[leaf_index(tree, bins)]
         noise = normal_rows(jax.random.split(key, 3)[1], start, bins.shape[0], n_total, mu.shape[1:])
-        return mu + jnp.sqrt(s2) * noise
+        return mu + scale * jnp.sqrt(s2) * noise
 
     return jax.vmap(one)(keys, params, sigma2, trees)
 
@@ -123,10 +124,12 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
             loglik = likelihood.point_log_lik(probs, codes)
             rep = jax.random.categorical(k_rep, jnp.log(probs))
             return loglik, rep.astype(jnp.float32), sigma2
-        mu = params[leaf, 0]
-        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + (codes - mu) ** 2 / sigma2)
-        rep = mu + jnp.sqrt(sigma2) * jax.random.normal(k_rep, mu.shape)
-        return loglik, rep, jnp.sqrt(sigma2)
+        # leaf means in y's units, sigma2 the standardised response's (NormalMeanShift.scale)
+        mu, scale = params[leaf, 0], likelihood.scale
+        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + ((codes - mu) / scale) ** 2 / sigma2) - jnp.log(scale)
+        sigma = scale * jnp.sqrt(sigma2)
+        rep = mu + sigma * jax.random.normal(k_rep, mu.shape)
+        return loglik, rep, sigma
 
     return jax.vmap(one)(keys, trees)
 
@@ -416,7 +419,8 @@ class Posterior(_DrawSummaries):
             for s, e in row_blocks(m, rows):
                 chunk_bins = jnp.asarray(pad_rows(bins, start + s, start + e, rows))
                 if predictive:
-                    res = _noisy_at_rows(keys, p, s2, trees, chunk_bins, start + s, n_total=len(bins))
+                    res = _noisy_at_rows(keys, p, s2, trees, chunk_bins, start + s, n_total=len(bins),
+                                         scale=jnp.float32(getattr(self.likelihood, "scale", 1.0)))
                 else:
                     res = _at_rows(p, trees, chunk_bins)
                 out[sel[0] : sel[-1] + 1, s:e] = np.asarray(res)[: len(sel), : e - s]

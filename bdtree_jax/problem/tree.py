@@ -184,14 +184,28 @@ def _leaf_model(task: str, y, n: int, likelihood, where: str):
             raise ValueError(f"{where}concentration must be > 0; got {concentration!r}.")
         return DirichletMultinomial(len(classes), float(concentration)), options, codes, classes
     yv = check_regression_y(y, n, estimator=estimator)
-    if isinstance(likelihood, NormalMeanShift):
-        likelihood = {k: getattr(likelihood, k) for k in LIKELIHOOD_OPTIONS[task]}
+    if isinstance(likelihood, NormalMeanShift):  # its lam is in units of (y / scale)**2
+        likelihood = {k: getattr(likelihood, k) for k in LIKELIHOOD_OPTIONS[task]} | {
+            "lam": float(likelihood.lam) * float(likelihood.scale) ** 2}
     options = _likelihood_options(task, likelihood, where)
     hp = default_normal_hyperparameters(yv, **options)
     for k in ("nu", "lam", "a"):
         if not hp[k] > 0:
             raise ValueError(f"{where}{k} must be > 0; got {hp[k]!r}.")
-    return NormalMeanShift(**hp), options, yv.astype(np.float32), None
+    # the model computes on z = (y - mu_bar) / sd(y): lam in z's units, the prior unchanged
+    scale = response_scale(yv)
+    lam = hp["lam"] / scale**2
+    if not (np.isfinite(lam) and lam > 0 and np.float32(lam) > 0 and np.isfinite(np.float32(lam))):
+        raise ValueError(f"{where}lam={hp['lam']!r} is {lam:.3g} times y's variance var(y) = {scale**2:.3g}, "
+                         "beyond float32's range; lam is on y's own scale (the default is about var(y) / 5).")
+    return NormalMeanShift(**(hp | {"lam": lam}), scale=scale), options, yv.astype(np.float32), None
+
+
+def response_scale(y: np.ndarray) -> float:
+    """The standard deviation of a real response ``y`` (n,) float64 (the regression model's
+    ``NormalMeanShift.scale``); 1.0 for a constant response."""
+    sd = float(np.std(y))  # float64: y is within float32's range (check_regression_y)
+    return sd if sd > 0 else 1.0
 
 
 def _likelihood_options(task: str, likelihood, where: str) -> dict:
