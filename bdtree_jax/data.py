@@ -23,6 +23,7 @@ from .tree import MISSING_CODE
 __all__ = [
     "TreeData",
     "SplitGrid",
+    "MissingValueRoutingWarning",
     "make_split_grid",
     "cut_cumwidth",
     "code_features",
@@ -152,6 +153,12 @@ class SplitGrid:
         :data:`~bdtree_jax.tree.MISSING_CODE`, larger than any other code.  None when the model
         carries no missing-value bits (training data without a missing cell and without a
         categorical feature): a missing value is then an error.
+    train_missing : (F,) bool or None
+        Which features had a missing cell in the training data (:func:`make_split_grid`); None:
+        not recorded (grids made before it existed).  :meth:`bin` warns
+        (:class:`MissingValueRoutingWarning`) when new rows have a missing value, or an unseen
+        level, in a feature without one in training: the missing-value bits of its rules saw only
+        their prior.
     """
 
     thresholds: np.ndarray
@@ -160,6 +167,7 @@ class SplitGrid:
     level_count: np.ndarray | None = None
     levels: tuple | None = None
     missing_code: int | None = None
+    train_missing: np.ndarray | None = None
 
     def __post_init__(self):
         self._fill_defaults(self.__dict__)
@@ -177,6 +185,7 @@ class SplitGrid:
         if state.get("level_count") is None:
             state["level_count"] = np.array([0 if lv is None else len(lv) for lv in state["levels"]], np.int64)
         state.setdefault("missing_code", None)
+        state.setdefault("train_missing", None)
 
     @property
     def n_features(self) -> int:
@@ -187,14 +196,17 @@ class SplitGrid:
         """(F,) bool: which features are categorical."""
         return np.array([lv is not None for lv in self.levels], bool)
 
-    def bin(self, X: np.ndarray) -> np.ndarray:
+    def bin(self, X: np.ndarray, *, feature_names=None) -> np.ndarray:
         """Codes (n, F) int32 of encoded inputs ``X`` (n, F) float (:meth:`encode`): an ordered
         feature's bin (count of thresholds strictly below the value), a categorical feature's
         level index, ``missing_code`` for NaN (and for a categorical value that is not a level
-        index); NaN without a ``missing_code`` is a ``ValueError``."""
+        index); NaN without a ``missing_code`` is a ``ValueError``.  A missing code in a feature
+        that had no missing cell in training warns :class:`MissingValueRoutingWarning` naming the
+        features (``feature_names``: their F names; default ``x0, x1, ...``)."""
         X = np.asarray(X, float)
         out = np.empty(X.shape, np.int32)
         has_nan = np.isnan(X).any(0)
+        unseen = []  # features whose missing codes meet bits no training row informed
         for f in range(self.n_features):
             col, lv = X[:, f], self.levels[f]
             if lv is None:
@@ -211,6 +223,10 @@ class SplitGrid:
                     raise ValueError(f"X has missing values (NaN) in column {f}, but the model saw no missing values "
                                      "in training (and has no categorical feature); impute them.")
                 out[missing, f] = self.missing_code
+                if self.train_missing is not None and not self.train_missing[f]:
+                    unseen.append((f, int(missing.sum())))
+        if unseen:
+            _warn_unseen_missing(unseen, feature_names, len(X))
         return out
 
     def encode(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
@@ -223,7 +239,29 @@ class SplitGrid:
 
     def codes(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
         """``bin(encode(X))``: the (n, F) int32 codes of new rows."""
-        return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator))
+        return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator),
+                        feature_names=feature_names)
+
+
+class MissingValueRoutingWarning(UserWarning):
+    """New rows have missing values (or unseen levels) in a feature that had no missing cell in
+    training: each rule on that feature sends them the way of its missing-value bit, which no
+    training row informed (a draw of its prior, left or right with probability 1/2 each), so the
+    prediction there averages both sides over the posterior's trees
+    (docs/categorical-missing.md)."""
+
+
+def _warn_unseen_missing(unseen: list, feature_names, n_rows: int) -> None:
+    import warnings
+
+    names = [str(feature_names[f]) if feature_names is not None else f"x{f}" for f, _ in unseen]
+    counts = ", ".join(f"{name!r} ({k} of {n_rows} rows)" for name, (_, k) in zip(names, unseen))
+    warnings.warn(
+        f"X has missing values (or levels unseen at fit) in feature(s) {counts} that had no missing value in "
+        "training: the rules on them route these rows by missing-value bits that only their prior informed "
+        "(left or right with probability 1/2 each), so predictions there average both sides of each such rule. "
+        "Impute them, or fit on data with missing cells in these features.",
+        MissingValueRoutingWarning, stacklevel=4)
 
 
 def check_max_cuts(max_cuts, where: str = "") -> None:
@@ -280,7 +318,8 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None, levels=None) -> 
         widths[f, : len(g)] = g
     level_count = np.array([0 if lv is None else len(lv) for lv in levels], np.int64)
     missing_code = MISSING_CODE if has_nan or any(lv is not None for lv in levels) else None
-    return SplitGrid(thresholds, n_cuts, widths, level_count, levels, missing_code)
+    train_missing = np.isnan(X).any(0) if X.shape[0] else np.zeros(X.shape[1], bool)
+    return SplitGrid(thresholds, n_cuts, widths, level_count, levels, missing_code, train_missing)
 
 
 SPLIT_PRIORS = ("uniform", "range")
