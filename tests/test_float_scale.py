@@ -224,3 +224,46 @@ def test_non_finite_log_likelihood_is_an_error():
     reg = bd.BayesianTreeRegressor(method="hmc-df", max_depth=2, num_warmup=10, num_samples=10, num_chains=1)
     with pytest.raises(ValueError, match="log-likelihood is not finite.*rescale y"):
         reg.fit(X, y * 1e20)
+
+
+# ----------------------------------------------------------------------------------------------
+# inputs of large magnitude with few distinct float32 values
+
+def _timestamp_data(n=120, seed=0, dtype=np.float64):
+    """Feature 0: timestamps 1.6e9 + 60 i (float32 keeps one value in 128 there, so in float32
+    neighbouring rows share values); feature 1 uniform; y a step in time."""
+    rng = np.random.default_rng(seed)
+    t = 1.6e9 + 60.0 * rng.permutation(n)
+    X = np.column_stack([t, rng.uniform(size=n)]).astype(dtype)
+    y = np.where(t > 1.6e9 + 30.0 * n, 2.0, -1.0) + 0.3 * rng.normal(size=n)
+    return X, y
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_timestamp_features_route_training_rows_as_binned(dtype):
+    """CGM regression on timestamp-like inputs: the prediction codes of the training rows are the
+    fit's bins, and the predictions there equal the posterior means of the training rows' leaves
+    (to 1e-12: float64 averages over draws taken in another order); the fit finds the step
+    (inputs given as float64 or float32)."""
+    X, y = _timestamp_data(dtype=dtype)
+    reg = _tree_fit("cgm", X, y, num_chains=1)
+    post = reg.posterior_
+    np.testing.assert_array_equal(post.grid.codes(X, feature_names=post.feature_names), post.train_bins)
+    at_train = post._rows(post._tables(sample=False), post.train_bins, 0, len(X)).mean(0, dtype=np.float64)[:, 0]
+    np.testing.assert_allclose(reg.predict(X), at_train, rtol=1e-12)
+    assert reg.score(X, y) > 0.5
+
+
+@pytest.mark.slow
+def test_bart_timestamp_features_route_training_rows_as_binned():
+    """BART on timestamp-like inputs (600 rows: 255 quantile cuts of 599 midpoints): per draw, the
+    predictions at the training rows equal the fit's sum of trees there (bit for bit)."""
+    import bdtree_jax as bd
+
+    X, y = _timestamp_data(n=600)
+    reg = bd.BARTRegressor(n_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, y)
+    post = reg.posterior_
+    np.testing.assert_array_equal(post.grid.codes(X, feature_names=post.feature_names), post.train_bins)
+    train = post.train_draws().reshape(-1, len(X))
+    np.testing.assert_array_equal(post.predict_draws(X).reshape(train.shape), train)
+    assert reg.score(X, y) > 0.5
