@@ -155,10 +155,10 @@ class SplitGrid:
         categorical feature): a missing value is then an error.
     train_missing : (F,) bool or None
         Which features had a missing cell in the training data (:func:`make_split_grid`); None:
-        not recorded (grids made before it existed).  :meth:`bin` warns
-        (:class:`MissingValueRoutingWarning`) when new rows have a missing value, or an unseen
-        level, in a feature without one in training: the missing-value bits of its rules saw only
-        their prior.
+        not recorded (grids made before it existed).  :meth:`warn_unseen_missing` (called by the
+        posteriors' predictions) warns :class:`MissingValueRoutingWarning` when new rows have a
+        missing value, or an unseen level, in a feature without one in training: the
+        missing-value bits of its rules saw only their prior.
     """
 
     thresholds: np.ndarray
@@ -196,17 +196,14 @@ class SplitGrid:
         """(F,) bool: which features are categorical."""
         return np.array([lv is not None for lv in self.levels], bool)
 
-    def bin(self, X: np.ndarray, *, feature_names=None) -> np.ndarray:
+    def bin(self, X: np.ndarray) -> np.ndarray:
         """Codes (n, F) int32 of encoded inputs ``X`` (n, F) float (:meth:`encode`): an ordered
         feature's bin (count of thresholds strictly below the value), a categorical feature's
         level index, ``missing_code`` for NaN (and for a categorical value that is not a level
-        index); NaN without a ``missing_code`` is a ``ValueError``.  A missing code in a feature
-        that had no missing cell in training warns :class:`MissingValueRoutingWarning` naming the
-        features (``feature_names``: their F names; default ``x0, x1, ...``)."""
+        index); NaN without a ``missing_code`` is a ``ValueError``."""
         X = np.asarray(X, float)
         out = np.empty(X.shape, np.int32)
         has_nan = np.isnan(X).any(0)
-        unseen = []  # features whose missing codes meet bits no training row informed
         for f in range(self.n_features):
             col, lv = X[:, f], self.levels[f]
             if lv is None:
@@ -223,11 +220,19 @@ class SplitGrid:
                     raise ValueError(f"X has missing values (NaN) in column {f}, but the model saw no missing values "
                                      "in training (and has no categorical feature); impute them.")
                 out[missing, f] = self.missing_code
-                if self.train_missing is not None and not self.train_missing[f]:
-                    unseen.append((f, int(missing.sum())))
-        if unseen:
-            _warn_unseen_missing(unseen, feature_names, len(X))
         return out
+
+    def warn_unseen_missing(self, codes: np.ndarray, feature_names=None, stacklevel: int = 3) -> None:
+        """Warn :class:`MissingValueRoutingWarning` naming the features (``feature_names``: the F
+        names; default ``x0, x1, ...``) in which codes (n, F) of new rows hold the missing code
+        although the training data had no missing cell there (:attr:`train_missing`; nothing when
+        it is None or there is no missing code)."""
+        if self.missing_code is None or self.train_missing is None:
+            return
+        counts = np.sum(np.asarray(codes) == self.missing_code, axis=0)
+        unseen = [(f, int(counts[f])) for f in range(self.n_features) if counts[f] and not self.train_missing[f]]
+        if unseen:
+            _warn_unseen_missing(unseen, feature_names, len(codes), stacklevel + 1)
 
     def encode(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
         """New rows ``X`` (a table like the training one) as the (n, F) float matrix :meth:`bin`
@@ -239,8 +244,7 @@ class SplitGrid:
 
     def codes(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
         """``bin(encode(X))``: the (n, F) int32 codes of new rows."""
-        return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator),
-                        feature_names=feature_names)
+        return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator))
 
 
 class MissingValueRoutingWarning(UserWarning):
@@ -251,7 +255,7 @@ class MissingValueRoutingWarning(UserWarning):
     (docs/categorical-missing.md)."""
 
 
-def _warn_unseen_missing(unseen: list, feature_names, n_rows: int) -> None:
+def _warn_unseen_missing(unseen: list, feature_names, n_rows: int, stacklevel: int) -> None:
     import warnings
 
     names = [str(feature_names[f]) if feature_names is not None else f"x{f}" for f, _ in unseen]
@@ -261,7 +265,7 @@ def _warn_unseen_missing(unseen: list, feature_names, n_rows: int) -> None:
         "training: the rules on them route these rows by missing-value bits that only their prior informed "
         "(left or right with probability 1/2 each), so predictions there average both sides of each such rule. "
         "Impute them, or fit on data with missing cells in these features.",
-        MissingValueRoutingWarning, stacklevel=4)
+        MissingValueRoutingWarning, stacklevel=stacklevel)
 
 
 def check_max_cuts(max_cuts, where: str = "") -> None:

@@ -211,6 +211,9 @@ def test_response_outside_float32_is_refused():
             bd.BayesianTreeRegressor(num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
         with pytest.raises(ValueError, match="y has values of magnitude"):
             bd.BARTRegressor(n_trees=2, num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
+    # a lam on y's scale that is beyond float32 in units of var(y) is named too
+    with pytest.raises(ValueError, match="lam=1.0 is .* times y's variance"):
+        bd.BayesianTreeRegressor(lam=1.0, num_warmup=1, num_samples=1, num_chains=1).fit(X, y * 1e-20)
 
 
 @pytest.mark.slow

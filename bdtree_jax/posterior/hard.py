@@ -360,8 +360,12 @@ class Posterior(_DrawSummaries):
 
     # -- prediction ----------------------------------------------------------------------------
     def _bins(self, X) -> np.ndarray:
-        """Codes (n, F) of new rows, encoded as at fit (categorical levels, missing cells)."""
-        return self.grid.codes(X, feature_names=self.feature_names or None)
+        """Codes (n, F) of new rows, encoded as at fit (categorical levels, missing cells); warns
+        :class:`~bdtree_jax.data.MissingValueRoutingWarning` for missing cells in features that
+        had none in training."""
+        codes = self.grid.codes(X, feature_names=self.feature_names or None)
+        self.grid.warn_unseen_missing(codes, self.feature_names or None, stacklevel=5)
+        return codes
 
     _inputs = _bins
 
