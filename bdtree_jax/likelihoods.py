@@ -142,7 +142,8 @@ class NormalMeanShift(_PowerSums):
         log p(Z|X,T) = -n/2 log(pi) + nu/2 log(nu lam) + lgamma((n+nu)/2) - lgamma(nu/2)
                        + sum_i 1/2 log(a/(n_i+a)) - (n+nu)/2 log(sum_i (s_i+t_i) + nu lam)
 
-    the density of ``z`` (y's is ``log p(Z|X,T) - n log(scale)``, the same for every tree).
+    the density of ``z`` (y's is ``log p(Z|X,T) - n log(scale)``, the same for every tree; the
+    posteriors report y's).
     Rows carry ``[1, z, z^2]`` so that ``s_i + t_i = S2 - S1^2/(n_i + a)``.  :meth:`leaf_mean` and
     :meth:`sample_leaf` give leaf means in y's units; :meth:`posterior_sigma2` gives
     ``(sigma / scale)^2``.

@@ -120,14 +120,17 @@ class _no_numpy_warnings:
 
 def _check_equivariant(base, fits, X, rtol=2e-5, intervals=True):
     """Every fit of ``{scale: estimator}`` (y times scale) has ``base``'s trees, log-likelihood
-    trace (of the standardised response) and, divided by the scale, its predictions and
+    trace (less n log(scale): y's own units) and, divided by the scale, its predictions and
     (``intervals``) intervals, credible and predictive, within ``rtol`` (float32 rounding of the
     outputs)."""
     ref_pred = base.predict(X)
     ref_int = [np.asarray(base.predict_interval(X, predictive=p)) for p in (False, True)] if intervals else []
     for s, reg in fits.items():
         assert reg.posterior_.tree_strings() == base.posterior_.tree_strings(), s
-        np.testing.assert_allclose(reg.posterior_.stats["log_lik"], base.posterior_.stats["log_lik"], rtol=1e-5, atol=1e-3)
+        # y * s: the log-likelihood of y in its own units, n log(s) lower
+        n = len(X)
+        np.testing.assert_allclose(reg.posterior_.stats["log_lik"] + n * np.log(s), base.posterior_.stats["log_lik"],
+                                   rtol=1e-5, atol=1e-3)
         np.testing.assert_allclose(reg.predict(X) / s, ref_pred, rtol=rtol, atol=rtol * np.abs(ref_pred).max())
         for p, ref in zip((False, True), ref_int):
             got = np.asarray(reg.predict_interval(X, predictive=p)) / s
@@ -176,6 +179,8 @@ def test_single_tree_regression_is_scale_equivariant_every_method(method):
     _check_equivariant(base, fits, X)
     if method == "pcfg":
         for s, reg in fits.items():
+            assert reg.posterior_.log_evidence == pytest.approx(base.posterior_.log_evidence - len(X) * np.log(s),
+                                                                rel=1e-9, abs=1e-4)
             np.testing.assert_allclose(reg.posterior_.predictive(X)[:, 0] / s, base.posterior_.predictive(X)[:, 0],
                                        rtol=2e-5, atol=1e-5)
 

@@ -282,7 +282,17 @@ class Posterior(_DrawSummaries):
     train_bins: np.ndarray
     """(n, F) int32 training bins the leaf parameters are conditioned on."""
     train_stats: np.ndarray
-    """(n, S) float32 training sufficient statistics per row."""
+    """(n, S) float32 training sufficient statistics per row (regression: of the standardised
+    response, :class:`~bdtree_jax.likelihoods.NormalMeanShift`)."""
+
+    def __post_init__(self):
+        # a regression kernel's log-likelihood is that of the standardised response z = (y -
+        # mu_bar) / scale; y's is n log(scale) lower, the same for every tree: added here in float64
+        shift = _log_lik_shift(self.likelihood, self.train_stats)
+        if shift:
+            self.stats, self.warmup_stats = _shifted(self.stats, shift), _shifted(self.warmup_stats, shift)
+            if getattr(self, "run_log_evidence", None) is not None:
+                self.run_log_evidence = np.asarray(self.run_log_evidence, np.float64) + shift
 
     # -- shape -------------------------------------------------------------------------------
     @property
@@ -622,8 +632,9 @@ class PCFGPosterior(Posterior):
 
     @property
     def log_evidence(self) -> float:
-        """``log p(Y | X)`` under the PCFG prior: the posterior's normaliser over the prior's."""
-        return self.grammar.log_evidence
+        """``log p(Y | X)`` under the PCFG prior: the posterior's normaliser over the prior's (of
+        y in its own units)."""
+        return self.grammar.log_evidence + _log_lik_shift(self.likelihood, self.train_stats)
 
     def predictive(self, X) -> np.ndarray:
         """Exact posterior predictive over *all* trees, (n, P): class probabilities, or the mean
@@ -673,6 +684,19 @@ class SMCPosterior(Posterior):
         """(C, P) normalised final weights of each run's particles."""
         lw = np.asarray(self.particle_log_weights, np.float64)
         return np.exp(lw - np.logaddexp.reduce(lw, axis=1, keepdims=True))
+
+
+def _log_lik_shift(likelihood, train_stats) -> float:
+    """``-n log(scale)``: y's log-likelihood minus the standardised response's (0.0 for a leaf
+    model without a ``scale`` or with scale 1)."""
+    scale = float(getattr(likelihood, "scale", 1.0))
+    return 0.0 if scale == 1.0 else -float(np.shape(train_stats)[0]) * float(np.log(scale))
+
+
+def _shifted(stats: dict, shift: float) -> dict:
+    """``stats`` with ``log_lik`` and ``log_posterior`` moved by ``shift`` (float64)."""
+    return {k: (np.asarray(v, np.float64) + shift if k in ("log_lik", "log_posterior") else v)
+            for k, v in stats.items()}
 
 
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:
