@@ -23,6 +23,7 @@ from .tree import MISSING_CODE
 __all__ = [
     "TreeData",
     "SplitGrid",
+    "MissingValueRoutingWarning",
     "make_split_grid",
     "cut_cumwidth",
     "code_features",
@@ -152,6 +153,12 @@ class SplitGrid:
         :data:`~bdtree_jax.tree.MISSING_CODE`, larger than any other code.  None when the model
         carries no missing-value bits (training data without a missing cell and without a
         categorical feature): a missing value is then an error.
+    train_missing : (F,) bool or None
+        Which features had a missing cell in the training data (:func:`make_split_grid`); None:
+        not recorded (grids made before it existed).  :meth:`warn_unseen_missing` (called by the
+        posteriors' predictions) warns :class:`MissingValueRoutingWarning` when new rows have a
+        missing value, or an unseen level, in a feature without one in training: the
+        missing-value bits of its rules saw only their prior.
     """
 
     thresholds: np.ndarray
@@ -160,6 +167,7 @@ class SplitGrid:
     level_count: np.ndarray | None = None
     levels: tuple | None = None
     missing_code: int | None = None
+    train_missing: np.ndarray | None = None
 
     def __post_init__(self):
         self._fill_defaults(self.__dict__)
@@ -177,6 +185,7 @@ class SplitGrid:
         if state.get("level_count") is None:
             state["level_count"] = np.array([0 if lv is None else len(lv) for lv in state["levels"]], np.int64)
         state.setdefault("missing_code", None)
+        state.setdefault("train_missing", None)
 
     @property
     def n_features(self) -> int:
@@ -213,6 +222,18 @@ class SplitGrid:
                 out[missing, f] = self.missing_code
         return out
 
+    def warn_unseen_missing(self, codes: np.ndarray, feature_names=None, stacklevel: int = 3) -> None:
+        """Warn :class:`MissingValueRoutingWarning` naming the features (``feature_names``: the F
+        names; default ``x0, x1, ...``) in which codes (n, F) of new rows hold the missing code
+        although the training data had no missing cell there (:attr:`train_missing`; nothing when
+        it is None or there is no missing code)."""
+        if self.missing_code is None or self.train_missing is None:
+            return
+        counts = np.sum(np.asarray(codes) == self.missing_code, axis=0)
+        unseen = [(f, int(counts[f])) for f in range(self.n_features) if counts[f] and not self.train_missing[f]]
+        if unseen:
+            _warn_unseen_missing(unseen, feature_names, len(codes), stacklevel + 1)
+
     def encode(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
         """New rows ``X`` (a table like the training one) as the (n, F) float matrix :meth:`bin`
         reads: categorical columns through the levels of the fit (an unseen level is missing),
@@ -224,6 +245,27 @@ class SplitGrid:
     def codes(self, X, *, feature_names=None, name: str = "X", estimator: str = "") -> np.ndarray:
         """``bin(encode(X))``: the (n, F) int32 codes of new rows."""
         return self.bin(self.encode(X, feature_names=feature_names, name=name, estimator=estimator))
+
+
+class MissingValueRoutingWarning(UserWarning):
+    """New rows have missing values (or unseen levels) in a feature that had no missing cell in
+    training: each rule on that feature sends them the way of its missing-value bit, which no
+    training row informed (a draw of its prior, left or right with probability 1/2 each), so the
+    prediction there averages both sides over the posterior's trees
+    (docs/categorical-missing.md)."""
+
+
+def _warn_unseen_missing(unseen: list, feature_names, n_rows: int, stacklevel: int) -> None:
+    import warnings
+
+    names = [str(feature_names[f]) if feature_names is not None else f"x{f}" for f, _ in unseen]
+    counts = ", ".join(f"{name!r} ({k} of {n_rows} rows)" for name, (_, k) in zip(names, unseen))
+    warnings.warn(
+        f"X has missing values (or levels unseen at fit) in feature(s) {counts} that had no missing value in "
+        "training: the rules on them route these rows by missing-value bits that only their prior informed "
+        "(left or right with probability 1/2 each), so predictions there average both sides of each such rule. "
+        "Impute them, or fit on data with missing cells in these features.",
+        MissingValueRoutingWarning, stacklevel=stacklevel)
 
 
 def check_max_cuts(max_cuts, where: str = "") -> None:
@@ -280,7 +322,8 @@ def make_split_grid(X: np.ndarray, max_cuts: int | None = None, levels=None) -> 
         widths[f, : len(g)] = g
     level_count = np.array([0 if lv is None else len(lv) for lv in levels], np.int64)
     missing_code = MISSING_CODE if has_nan or any(lv is not None for lv in levels) else None
-    return SplitGrid(thresholds, n_cuts, widths, level_count, levels, missing_code)
+    train_missing = np.isnan(X).any(0) if X.shape[0] else np.zeros(X.shape[1], bool)
+    return SplitGrid(thresholds, n_cuts, widths, level_count, levels, missing_code, train_missing)
 
 
 SPLIT_PRIORS = ("uniform", "range")
@@ -468,4 +511,11 @@ def check_regression_y(y, n: int, *, name: str = "y", estimator: str = "") -> np
                          f"got dtype {y.dtype}.") from None
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{where}{name} contains NaN or infinite values.")
+    # the models standardise y in float64, but predictions, leaf values and sigma come back in
+    # y's units as float32
+    big, tiny = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
+    top = float(np.max(np.abs(y))) if y.size else 0.0
+    if top > big or 0.0 < top < tiny:
+        raise ValueError(f"{where}{name} has values of magnitude up to {top:.3g}, outside float32's range of normal "
+                         f"numbers [{tiny:.3g}, {big:.3g}] in which predictions are returned; rescale {name}.")
     return y

@@ -122,29 +122,42 @@ class _PowerSums:
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["nu", "lam", "a", "mu_bar"], meta_fields=[]
+    jax.tree_util.register_dataclass, data_fields=["nu", "lam", "a", "mu_bar", "scale"], meta_fields=[]
 )
 @dataclass(frozen=True)
 class NormalMeanShift(_PowerSums):
-    """Regression: CGM98's conjugate mean-shift model.
+    """Regression: CGM98's conjugate mean-shift model, computed on a standardised response.
 
     ``y | leaf i ~ N(mu_i, sigma^2)``, ``mu_i | sigma ~ N(mu_bar, sigma^2 / a)``,
-    ``sigma^2 ~ IG(nu/2, nu*lam/2)``.  With ``b`` leaves, ``s_i`` the within-leaf sum of squares
-    and ``t_i = n_i a/(n_i+a) (ybar_i - mu_bar)^2`` (CGM98 eq. 14; ``docs/theory/likelihoods.md``)::
+    ``(sigma / scale)^2 ~ IG(nu/2, nu*lam/2)``: every computation reads the standardised response
+    ``z = (y - mu_bar) / scale`` (``scale`` > 0, y's units; ``lam`` is in ``z``'s squared units,
+    i.e. y's ``lam * scale**2``), so float32 holds the statistics whatever y's units (a ``y`` of
+    scale ``1e20`` squares beyond float32's range, one of ``1e-20`` below it).  The model is that of
+    CGM98 with ``lam_y = lam * scale**2``; with ``scale = 1`` (the default) the two coincide.
+    :func:`~bdtree_jax.problem.build_problem` sets ``scale = sd(y)`` and ``lam = lam_y / sd(y)**2``,
+    so the prior, the posterior over trees and (up to float32 rounding) the draws do not depend
+    on y's units.  With ``b`` leaves, ``s_i`` the within-leaf sum of squares of ``z`` and
+    ``t_i = n_i a/(n_i+a) zbar_i^2`` (CGM98 eq. 14; ``docs/theory/likelihoods.md``)::
 
-        log p(Y|X,T) = -n/2 log(pi) + nu/2 log(nu lam) + lgamma((n+nu)/2) - lgamma(nu/2)
+        log p(Z|X,T) = -n/2 log(pi) + nu/2 log(nu lam) + lgamma((n+nu)/2) - lgamma(nu/2)
                        + sum_i 1/2 log(a/(n_i+a)) - (n+nu)/2 log(sum_i (s_i+t_i) + nu lam)
 
-    Rows carry ``[1, y - mu_bar, (y - mu_bar)^2]`` so that ``s_i + t_i = S2 - S1^2/(n_i + a)``.
+    the density of ``z`` (y's is ``log p(Z|X,T) - n log(scale)``, the same for every tree; the
+    posteriors report y's).
+    Rows carry ``[1, z, z^2]`` so that ``s_i + t_i = S2 - S1^2/(n_i + a)``.  :meth:`leaf_mean` and
+    :meth:`sample_leaf` give leaf means in y's units; :meth:`posterior_sigma2` gives
+    ``(sigma / scale)^2``.
     """
 
     nu: float
     lam: float
     a: float
     mu_bar: float
+    scale: float = 1.0
 
     def point_stats(self, y: np.ndarray) -> np.ndarray:
-        r = np.asarray(y, float) - self.mu_bar
+        """``[1, z, z^2]`` rows (n, 3) float32 of ``z = (y - mu_bar) / scale`` (float64 first)."""
+        r = (np.asarray(y, float) - self.mu_bar) / self.scale
         return np.stack([np.ones_like(r), r, r * r], axis=1).astype(np.float32)
 
     def leaf_log_lik(self, stats: Array) -> Array:
@@ -193,11 +206,12 @@ class NormalMeanShift(_PowerSums):
         )
 
     def leaf_mean(self, stats: Array) -> Array:
-        """Posterior mean of the leaf mean, shape (..., 1)."""
-        return self.mu_bar + stats[..., 1:2] / (stats[..., 0:1] + self.a)
+        """Posterior mean of the leaf mean in y's units, shape (..., 1)."""
+        return self.mu_bar + self.scale * (stats[..., 1:2] / (stats[..., 0:1] + self.a))
 
     def posterior_sigma2(self, key: Array, stats: Array, is_leaf: Array) -> Array:
-        """A draw of sigma^2 from its marginal posterior given the tree, shape ()."""
+        """A draw of ``(sigma / scale)^2`` (the standardised response's noise variance; y's
+        ``sigma`` is ``scale`` times its root) from its marginal posterior given the tree, shape ()."""
         n_i, s1, s2 = stats[:, 0], stats[:, 1], stats[:, 2]
         q = jnp.sum(jnp.where(is_leaf, s2 - s1 * s1 / (n_i + self.a), 0.0))
         n = jnp.sum(jnp.where(is_leaf, n_i, 0.0))
@@ -206,10 +220,12 @@ class NormalMeanShift(_PowerSums):
         return rate / jax.random.gamma(key, shape)
 
     def sample_leaf(self, key: Array, stats: Array, sigma2: Array) -> Array:
-        """Leaf means (..., 1) drawn from ``N(mu_bar + S1/(n+a), sigma^2/(n+a))``."""
+        """Leaf means (..., 1) in y's units drawn from ``N(mu_bar + scale S1/(n+a), scale^2
+        sigma2/(n+a))``, ``sigma2`` the standardised noise variance (:meth:`posterior_sigma2`)."""
         n = stats[..., 0:1]
         z = jax.random.normal(key, n.shape)
-        return self.mu_bar + stats[..., 1:2] / (n + self.a) + jnp.sqrt(sigma2 / (n + self.a)) * z
+        s = self.scale
+        return self.mu_bar + s * (stats[..., 1:2] / (n + self.a)) + s * jnp.sqrt(sigma2 / (n + self.a)) * z
 
 
 def default_normal_hyperparameters(y: np.ndarray, *, nu=None, lam=None, a=None, mu_bar=None, quantile=0.9):

@@ -41,6 +41,25 @@ def _store(estimator, params: dict) -> None:
             setattr(estimator, name, value)
 
 
+def _check_finite_log_lik(posterior, problem, where: str) -> None:
+    """A ``ValueError`` when the run's log-likelihood is not finite at some kept draw (float32
+    overflow, or data the model gives zero density): never a silent fit."""
+    log_lik = np.asarray(posterior.stats.get("log_lik", ()), np.float64)
+    bad = ~np.isfinite(log_lik)
+    if not bad.any():
+        return
+    hint = ""
+    if problem.task == "regression":
+        hint = f" y has standard deviation {float(np.std(np.asarray(problem.train_y, np.float64))):.3g}"
+        if str(posterior.method).startswith("hmc-"):
+            hint += (f"; {posterior.method}'s leaf priors (leaf means N(mu_bar, 1), sigma ~ InverseGamma(1.5, 1.5)) "
+                     "are stated in y's own units: rescale y to about unit variance")
+        hint += "."
+    raise ValueError(f"{where}the log-likelihood is not finite at {int(bad.sum())} of {bad.size} draws (e.g. "
+                     f"{log_lik[bad][0]}): the model's float32 computations overflowed or it gives the data zero "
+                     f"density.{hint}")
+
+
 class _BayesianTree(_FeatureChecks, BaseEstimator):
     _task = ""
     _leaf_options: tuple = ()
@@ -89,7 +108,9 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
                                 likelihood={k: getattr(self, k) for k in self._leaf_options},
                                 categorical_features=self.categorical_features, missing=self.missing)
         tempering = self.tempering if flat_tempering is None else flat_tempering
-        self.posterior_ = check_convergence(method.run(problem, options, tempering, where=where), stacklevel=3)
+        posterior = method.run(problem, options, tempering, where=where)
+        _check_finite_log_lik(posterior, problem, where)
+        self.posterior_ = check_convergence(posterior, stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
 

@@ -154,8 +154,12 @@ class BARTPosterior(Saveable):
         return self.stats["sigma"]
 
     def _bins(self, X) -> np.ndarray:
-        """Codes (n, F) of new rows, encoded as at fit."""
-        return self.grid.codes(X, feature_names=self.feature_names, estimator=type(self).__name__)
+        """Codes (n, F) of new rows, encoded as at fit; warns
+        :class:`~bdtree_jax.data.MissingValueRoutingWarning` for missing cells in features that
+        had none in training."""
+        codes = self.grid.codes(X, feature_names=self.feature_names, estimator=type(self).__name__)
+        self.grid.warn_unseen_missing(codes, self.feature_names, stacklevel=5)
+        return codes
 
     def _draws_at(self, bins: np.ndarray, chunk: int = 64, start: int = 0, stop: int | None = None) -> np.ndarray:
         """(C * S, stop - start) float64 ``y_offset + y_scale * sum of trees`` at the rows

@@ -96,15 +96,16 @@ def _at_rows(params, trees: Tree, bins):
 
 
 @functools.partial(jax.jit, static_argnames=("n_total",))
-def _noisy_at_rows(keys, params, sigma2, trees: Tree, bins, start, n_total):
-    """:func:`_at_rows` plus ``N(0, sigma^2)`` noise: the rows ``start : start + r`` of the
-    ``normal(split(key, 3)[1], (n_total, P))`` each draw's key gives (so the noise of a row does
-    not depend on the chunking)."""
+def _noisy_at_rows(keys, params, sigma2, trees: Tree, bins, start, n_total, scale=1.0):
+    """:func:`_at_rows` plus ``N(0, scale^2 sigma^2)`` noise (``sigma2`` the likelihood's
+    standardised noise variance, ``scale`` its ``scale``: y's units): the rows ``start : start + r``
+    of the ``normal(split(key, 3)[1], (n_total, P))`` each draw's key gives (so the noise of a row
+    does not depend on the chunking)."""
 
     def one(key, p, s2, tree):
         mu = p[leaf_index(tree, bins)]
         noise = normal_rows(jax.random.split(key, 3)[1], start, bins.shape[0], n_total, mu.shape[1:])
-        return mu + jnp.sqrt(s2) * noise
+        return mu + scale * jnp.sqrt(s2) * noise
 
     return jax.vmap(one)(keys, params, sigma2, trees)
 
@@ -123,10 +124,12 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
             loglik = likelihood.point_log_lik(probs, codes)
             rep = jax.random.categorical(k_rep, jnp.log(probs))
             return loglik, rep.astype(jnp.float32), sigma2
-        mu = params[leaf, 0]
-        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + (codes - mu) ** 2 / sigma2)
-        rep = mu + jnp.sqrt(sigma2) * jax.random.normal(k_rep, mu.shape)
-        return loglik, rep, jnp.sqrt(sigma2)
+        # leaf means in y's units, sigma2 the standardised response's (NormalMeanShift.scale)
+        mu, scale = params[leaf, 0], likelihood.scale
+        loglik = -0.5 * (jnp.log(2 * jnp.pi * sigma2) + ((codes - mu) / scale) ** 2 / sigma2) - jnp.log(scale)
+        sigma = scale * jnp.sqrt(sigma2)
+        rep = mu + sigma * jax.random.normal(k_rep, mu.shape)
+        return loglik, rep, sigma
 
     return jax.vmap(one)(keys, trees)
 
@@ -279,7 +282,17 @@ class Posterior(_DrawSummaries):
     train_bins: np.ndarray
     """(n, F) int32 training bins the leaf parameters are conditioned on."""
     train_stats: np.ndarray
-    """(n, S) float32 training sufficient statistics per row."""
+    """(n, S) float32 training sufficient statistics per row (regression: of the standardised
+    response, :class:`~bdtree_jax.likelihoods.NormalMeanShift`)."""
+
+    def __post_init__(self):
+        # a regression kernel's log-likelihood is that of the standardised response z = (y -
+        # mu_bar) / scale; y's is n log(scale) lower, the same for every tree: added here in float64
+        shift = _log_lik_shift(self.likelihood, self.train_stats)
+        if shift:
+            self.stats, self.warmup_stats = _shifted(self.stats, shift), _shifted(self.warmup_stats, shift)
+            if getattr(self, "run_log_evidence", None) is not None:
+                self.run_log_evidence = np.asarray(self.run_log_evidence, np.float64) + shift
 
     # -- shape -------------------------------------------------------------------------------
     @property
@@ -357,8 +370,12 @@ class Posterior(_DrawSummaries):
 
     # -- prediction ----------------------------------------------------------------------------
     def _bins(self, X) -> np.ndarray:
-        """Codes (n, F) of new rows, encoded as at fit (categorical levels, missing cells)."""
-        return self.grid.codes(X, feature_names=self.feature_names or None)
+        """Codes (n, F) of new rows, encoded as at fit (categorical levels, missing cells); warns
+        :class:`~bdtree_jax.data.MissingValueRoutingWarning` for missing cells in features that
+        had none in training."""
+        codes = self.grid.codes(X, feature_names=self.feature_names or None)
+        self.grid.warn_unseen_missing(codes, self.feature_names or None, stacklevel=5)
+        return codes
 
     _inputs = _bins
 
@@ -416,7 +433,8 @@ class Posterior(_DrawSummaries):
             for s, e in row_blocks(m, rows):
                 chunk_bins = jnp.asarray(pad_rows(bins, start + s, start + e, rows))
                 if predictive:
-                    res = _noisy_at_rows(keys, p, s2, trees, chunk_bins, start + s, n_total=len(bins))
+                    res = _noisy_at_rows(keys, p, s2, trees, chunk_bins, start + s, n_total=len(bins),
+                                         scale=jnp.float32(getattr(self.likelihood, "scale", 1.0)))
                 else:
                     res = _at_rows(p, trees, chunk_bins)
                 out[sel[0] : sel[-1] + 1, s:e] = np.asarray(res)[: len(sel), : e - s]
@@ -614,8 +632,9 @@ class PCFGPosterior(Posterior):
 
     @property
     def log_evidence(self) -> float:
-        """``log p(Y | X)`` under the PCFG prior: the posterior's normaliser over the prior's."""
-        return self.grammar.log_evidence
+        """``log p(Y | X)`` under the PCFG prior: the posterior's normaliser over the prior's (of
+        y in its own units)."""
+        return self.grammar.log_evidence + _log_lik_shift(self.likelihood, self.train_stats)
 
     def predictive(self, X) -> np.ndarray:
         """Exact posterior predictive over *all* trees, (n, P): class probabilities, or the mean
@@ -665,6 +684,19 @@ class SMCPosterior(Posterior):
         """(C, P) normalised final weights of each run's particles."""
         lw = np.asarray(self.particle_log_weights, np.float64)
         return np.exp(lw - np.logaddexp.reduce(lw, axis=1, keepdims=True))
+
+
+def _log_lik_shift(likelihood, train_stats) -> float:
+    """``-n log(scale)``: y's log-likelihood minus the standardised response's (0.0 for a leaf
+    model without a ``scale`` or with scale 1)."""
+    scale = float(getattr(likelihood, "scale", 1.0))
+    return 0.0 if scale == 1.0 else -float(np.shape(train_stats)[0]) * float(np.log(scale))
+
+
+def _shifted(stats: dict, shift: float) -> dict:
+    """``stats`` with ``log_lik`` and ``log_posterior`` moved by ``shift`` (float64)."""
+    return {k: (np.asarray(v, np.float64) + shift if k in ("log_lik", "log_posterior") else v)
+            for k, v in stats.items()}
 
 
 def posterior_from_traces(traces: dict, num_warmup: int, **model) -> Posterior:

@@ -35,7 +35,8 @@ class TreeProblem:
     task : "classification" or "regression".
     prior : TreePrior of the tree.
     likelihood : DirichletMultinomial (classification) or NormalMeanShift (regression), with its
-        hyperparameters resolved (data-based defaults filled in).
+        hyperparameters resolved (data-based defaults filled in; regression: ``scale = sd(y)``
+        and ``lam`` in units of ``sd(y)**2``, the model computing on the standardised response).
     likelihood_options : dict of the leaf model's hyperparameters as the caller gave them (keys
         of :data:`LIKELIHOOD_OPTIONS`; absent: the default).
     X : (n, F) float64 the validated inputs, encoded: categorical features' level indices, NaN
@@ -45,7 +46,8 @@ class TreeProblem:
     train_y : (n,) the encoded response: int32 class codes in ``0..K-1``, or float32 values.
     grid : SplitGrid of the inputs (F features).
     train_bins : (n, F) int codes of the inputs (:meth:`~bdtree_jax.data.SplitGrid.bin`).
-    train_stats : (n, S) float32 per-row sufficient statistics of the response.
+    train_stats : (n, S) float32 per-row sufficient statistics of the response (regression: of
+        the standardised response ``(y - mu_bar) / scale``).
     data : TreeData, the arrays the hard-tree kernels read (bins, statistics, prior tables,
         box sides).
     box_constraints : the box constraints the prior is conditioned on (list of dicts), or None.
@@ -184,14 +186,29 @@ def _leaf_model(task: str, y, n: int, likelihood, where: str):
             raise ValueError(f"{where}concentration must be > 0; got {concentration!r}.")
         return DirichletMultinomial(len(classes), float(concentration)), options, codes, classes
     yv = check_regression_y(y, n, estimator=estimator)
-    if isinstance(likelihood, NormalMeanShift):
-        likelihood = {k: getattr(likelihood, k) for k in LIKELIHOOD_OPTIONS[task]}
+    if isinstance(likelihood, NormalMeanShift):  # its lam is in units of (y / scale)**2
+        likelihood = {k: getattr(likelihood, k) for k in LIKELIHOOD_OPTIONS[task]} | {
+            "lam": float(likelihood.lam) * float(likelihood.scale) ** 2}
     options = _likelihood_options(task, likelihood, where)
     hp = default_normal_hyperparameters(yv, **options)
     for k in ("nu", "lam", "a"):
         if not hp[k] > 0:
             raise ValueError(f"{where}{k} must be > 0; got {hp[k]!r}.")
-    return NormalMeanShift(**hp), options, yv.astype(np.float32), None
+    # the model computes on z = (y - mu_bar) / sd(y): lam in z's units, the prior unchanged
+    scale = response_scale(yv)
+    lam = hp["lam"] / scale**2
+    f32 = np.finfo(np.float32)
+    if not float(f32.tiny) <= lam <= float(f32.max):
+        raise ValueError(f"{where}lam={hp['lam']!r} is {lam:.3g} times y's variance var(y) = {scale**2:.3g}, "
+                         "beyond float32's range; lam is on y's own scale (the default is about var(y) / 5).")
+    return NormalMeanShift(**(hp | {"lam": lam}), scale=scale), options, yv.astype(np.float32), None
+
+
+def response_scale(y: np.ndarray) -> float:
+    """The standard deviation of a real response ``y`` (n,) float64 (the regression model's
+    ``NormalMeanShift.scale``); 1.0 for a constant response."""
+    sd = float(np.std(y))  # float64: y is within float32's range (check_regression_y)
+    return sd if sd > 0 else 1.0
 
 
 def _likelihood_options(task: str, likelihood, where: str) -> dict:
