@@ -157,6 +157,7 @@ def test_one_bart_tree_matches_exact_posterior(tree_sampler):
     assert _tv(sampled, exact) < 0.04
 
 
+@pytest.mark.filterwarnings("ignore::bdtree_jax.data.MissingValueRoutingWarning")  # routing tested here; the warning in test_missing_routing.py
 def test_bart_estimators_fit_tables_with_categorical_columns_and_missing_cells():
     """The BART estimators take a raw table (airquality: NaN cells; Month as a category) and
     predict on it, with unseen levels and missing cells at prediction routed as missing."""

@@ -280,6 +280,7 @@ def test_cli_config_keys():
 # End to end
 
 
+@pytest.mark.filterwarnings("ignore::bdtree_jax.data.MissingValueRoutingWarning")  # routing tested here; the warning in test_missing_routing.py
 def test_cgm_end_to_end_on_penguins():
     """Raw penguins (strings and NaN) through the classifier; prediction on an unseen island and on
     an array after a DataFrame fit."""

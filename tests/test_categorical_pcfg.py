@@ -243,6 +243,7 @@ def _frame(x):
     return pd.DataFrame({"x0": x[:, 0], "color": pd.Categorical.from_codes(codes, ["a", "b", "c"]), "x2": x[:, 2]})
 
 
+@pytest.mark.filterwarnings("ignore::bdtree_jax.data.MissingValueRoutingWarning")  # routing tested here; the warning in test_missing_routing.py
 @pytest.mark.skipif("pcfg" not in SUPPORTS_CATEGORICAL, reason="method='pcfg' not yet in SUPPORTS_CATEGORICAL")
 def test_sample_takes_the_table_itself(case):
     """bd.sample on the DataFrame (a category column with a missing cell, NaN in x0): the same
