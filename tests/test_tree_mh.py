@@ -429,7 +429,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(TypeError, match="log_lik_fn"):
         tree_mh.sweep(key, trees, values, fit, None, td, TAU2, config)
     with pytest.raises(ValueError, match="log_lik_fn"):
-        tree_mh.sweep(key, trees, values, fit, lambda f: f[:2], td, TAU2, config)
+        tree_mh.sweep(key, trees, values, fit, lambda f: jnp.outer(f, f), td, TAU2, config)
     with pytest.raises(TypeError, match="config"):
         tree_mh.sweep(key, trees, values, fit, ll, td, TAU2, config.cgm)
     with pytest.raises(ValueError, match="max_depth"):

@@ -5,10 +5,10 @@ Model: ``f(x) = sum_{m=1..M} g(x; T_m, mu_m)`` with each ``T_m`` from the tree p
 :mod:`bdtree_jax.priors` (as BART's, :mod:`bdtree_jax.kernels.bart`), leaf values
 ``mu ~ N(0, tau2)`` independently, and the rest of the model seen only through
 ``log_lik_fn(f)``, the log density as a function of the (n,) values of ``f`` at the training rows
-(everything else held fixed), or the (n,) per-row terms ``l_i`` of a log density
-``sum_i l_i(f)``.  Nothing is assumed about ``log_lik_fn`` for exactness; its proposals are good
+(everything else held fixed), or the terms ``l_k`` (K,) of a log density ``sum_k l_k(f)`` (e.g.
+the n per-row terms, or every site's elementwise terms of a NumPyro model).  Nothing is assumed about ``log_lik_fn`` for exactness; its proposals are good
 when it is a sum of smooth per-row terms ``sum_i l_i(f_i)``.  Per-row terms make every ratio's
-``log L(f') - log L(f)`` the sum of the rows' differences (:func:`log_lik_change`), accurate at any
+``log L(f') - log L(f)`` the sum of the terms' differences (:func:`log_lik_change`), accurate at any
 ``n``; two float32 totals' difference is not (its rounding, ``~1e-7 |log L|``, reaches 0.2 at 100k
 unit-scale rows and 0.7 at 1M, where acceptance becomes noise).
 
@@ -176,17 +176,17 @@ def _check_inputs(trees, leaf_values, fit, log_lik_fn, tree_data, config) -> Non
         raise ValueError(f"fit must have shape (n,) = {(n,)} and trees.leaf_id (M, n) = {(M, n)}; got "
                          f"{jnp.shape(fit)} and {jnp.shape(trees.leaf_id)}.")
     out = jax.eval_shape(log_lik_fn, jax.ShapeDtypeStruct((n,), jnp.float32))
-    if not hasattr(out, "shape") or out.shape not in ((), (n,)):
-        raise ValueError(f"log_lik_fn must map f (n,) to a scalar log density () or to per-row log densities "
-                         f"(n,) = {(n,)}; it returns {out}.")
-    return out.shape == (n,)
+    if not hasattr(out, "shape") or len(out.shape) > 1 or out.shape == (0,):
+        raise ValueError(f"log_lik_fn must map f (n,) to a scalar log density () or to its terms (K,), e.g. "
+                         f"per-row log densities (n,) = {(n,)}; it returns {out}.")
+    return len(out.shape) == 1
 
 
 def log_lik_change(new, old):
     """``log L(new) - log L(old)`` from what :func:`sweep`'s ``log_lik_fn`` returned at the two
     function values: scalars () -- their difference, two float32 totals of every row, whose
     rounding grows with ``n`` (about ``1e-7 |log L|``: 0.2 at 100k rows of unit-scale terms) -- or
-    per-row terms (n,) -- the sum of the rows' differences, rows whose value did not change adding
+    terms (K,), per row say -- the sum of the terms' differences, terms that did not change adding
     exactly 0, so the rounding is that of the changed rows' terms only (a few ``1e-4`` when every
     one of a million unit-scale rows changes)."""
     new, old = jnp.asarray(new, jnp.float32), jnp.asarray(old, jnp.float32)
@@ -209,7 +209,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
     fit : (n,) float32 the sum of the trees at the rows (:func:`fit_from_trees`).
     log_lik_fn : ``f (n,) -> ()`` the model's log density as a function of the function values
         (differentiable twice in ``f``; a Python callable: close over it under ``jit``), or
-        ``f (n,) -> (n,)`` its per-row terms, whose sum is the log density: then every
+        ``f (n,) -> (K,)`` its terms (per row, say), whose sum is the log density: then every
         acceptance ratio sums the rows' differences (:func:`log_lik_change`), which stays accurate
         at any ``n``, where the difference of two float32 totals does not (give per-row terms
         for large data).
@@ -233,7 +233,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
     log_laplace_weight, log_prior_weight = math.log1p(-config.prior_weight), math.log(max(config.prior_weight, 1e-300))
     normals = jax.random.normal(k_normal, (M, 2, N))
     fit = jnp.asarray(fit, jnp.float32)
-    log_lik_of = lambda f: jnp.asarray(log_lik_fn(f), jnp.float32)  # noqa: E731  () or (n,) per row
+    log_lik_of = lambda f: jnp.asarray(log_lik_fn(f), jnp.float32)  # noqa: E731  () or (K,) terms
     total = (lambda ll: jnp.sum(ll)) if per_row else (lambda ll: ll)  # noqa: E731
     grad_fn = jax.grad(lambda f: total(log_lik_of(f)))
     ones = jnp.ones_like(fit)
