@@ -20,7 +20,7 @@ with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.sit
 * ``"probit"``: the one site ``f`` enters is an observed ``Bernoulli(probs)`` (neither scaled nor
   masked) with ``Phi^-1(probs) - f`` the same at every probe where ``probs`` is read accurately
   (``probs = Phi(f + rest)``; a clipped or floored ``Phi`` gets ``"mh"``).  Albert–Chib: latents
-  ``z ~ N(eta, 1)`` truncated to the side of 0 the label says (:func:`draw_latents`, accurate at
+  ``z ~ N(eta, 1)`` truncated to the side of 0 the label says (:func:`bdtree_jax.kernels.bart.draw_latents`, accurate at
   any ``eta``), then backfitting on ``z - (eta - f)`` with ``sigma = 1``, as
   :class:`~bdtree_jax.estimators.BARTClassifier`; the latents are not kept.  ``eta`` is read from
   ``probs`` where float32 holds it (``probs`` in ``[1e-36, 1 - 2**-4]``) and elsewhere from the
@@ -59,11 +59,11 @@ from numpyro.infer.util import compute_log_probs, log_density
 from ..kernels import bart as bart_kernel
 from ..kernels import cgm, tree_mh
 from ..kernels._moves import mh_log_ratio
+from ..kernels.bart import draw_latents
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
 
-__all__ = ["KINDS", "TreeGibbs", "TreeGibbsState", "draw_latents"]
+__all__ = ["KINDS", "TreeGibbs", "TreeGibbsState"]
 
-_LOG_2PI = 1.8378770664093453
 
 KINDS = ("normal", "probit", "mh")
 _N_PROBES = 6  # random points f of _detect besides the prototype's
@@ -71,7 +71,6 @@ _N_PROBES = 6  # random points f of _detect besides the prototype's
 # [-12.5, 1.53]); rows outside are re-evaluated with f shifted (_probit_eta), at most _ETA_ROUNDS times
 _P_LOW, _Q_LOW, _ETA_ROUNDS = 1e-36, 2.0**-4, 8
 _FD_STEP = 0.01  # the central difference of _finite_derivatives
-_TAIL = -3.0  # latents whose mean lies this far (sd) on the wrong side of 0: drawn by _tail_excess
 
 
 class TreeGibbsState(NamedTuple):
@@ -506,40 +505,6 @@ def _finite_derivatives(fn, step: float = _FD_STEP):
         return terms, jnp.zeros_like(terms).at[0].set(jnp.vdot(finite_grad(f), t))
 
     return out
-
-
-def _tail_excess(c, log_u, steps: int = 6):
-    """(shape of ``c``) ``t >= 0`` with ``log Phi(-(c + t)) = log u + log Phi(-c)``: the excess over
-    ``c`` of a standard normal truncated to ``(c, inf)``, by inversion in log space, for ``c``
-    (...) >= ~3 and ``log_u`` (...) ``log u``, ``u`` uniform on (0, 1).  ``h(t) = log Phi(-(c + t))
-    - log Phi(-c) - log u`` is concave and decreasing, and ``t0 = -log u / c`` (the exponential
-    tail's) lies right of its root (the hazard exceeds ``c``), so Newton's steps fall monotonically
-    to the root; six are far more than float32 needs for ``c >= 3``."""
-    target = log_ndtr(-c) + log_u
-    t = -log_u / c
-    for _ in range(steps):
-        v = c + t
-        log_q = log_ndtr(-v)
-        hazard = jnp.exp(-0.5 * v * v - 0.5 * _LOG_2PI - log_q)
-        t = jnp.maximum(t + (log_q - target) / hazard, 0.0)
-    return t
-
-
-def draw_latents(key, eta, y):
-    """Albert–Chib latents (shape of ``eta``): ``z_i ~ N(eta_i, 1)`` truncated to ``z_i > 0`` where
-    ``y_i = 1`` and to ``z_i < 0`` where ``y_i = 0``, accurate at any ``eta``.  With ``s = 2y - 1``
-    and ``a = s eta``: where ``a >= _TAIL``, :func:`bdtree_jax.kernels.bart.draw_latents`
-    (inversion on the side that keeps precision); where ``a < _TAIL`` (the mean far on the wrong
-    side of 0, where ``Phi(a)`` underflows float32 below ``a ~ -13`` and the other formula
-    subtracts two nearly equal numbers) ``z = s t`` with ``t`` the excess of a standard normal
-    over ``-a`` (:func:`_tail_excess`), from the same uniform: one inversion, two numerics."""
-    s = 2.0 * y.astype(jnp.float32) - 1.0
-    u = jax.random.uniform(key, jnp.shape(eta), jnp.float32) + jnp.float32(2.0**-24)
-    p = jnp.maximum(u * ndtr(s * eta), jnp.finfo(jnp.float32).tiny)
-    body = eta - s * ndtri(p)  # bart_kernel.draw_latents' formula, from the same u
-    a = s * eta
-    tail = s * _tail_excess(jnp.maximum(-a, -_TAIL), jnp.log(u))
-    return jnp.where(a < _TAIL, tail, body).astype(jnp.float32)
 
 
 def _mh_config(spec: TreeSiteSpec) -> tree_mh.TreeMHConfig:
