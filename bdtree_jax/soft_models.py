@@ -49,6 +49,17 @@ class TreeTopology(dist.Distribution):
         super().__init__(batch_shape=(), event_shape=(n_nodes(self.max_depth),), validate_args=validate_args)
 
     @property
+    def has_enumerate_support(self):
+        """Not a flag: a soft tree's topology is neither enumerated nor left to NUTS/HMC/SVI, which
+        ask this of every discrete site before they start; the answer is an error that names the
+        kernel that updates it."""
+        raise ValueError(
+            "A soft tree's topology (bdtree_jax.numpyro.soft_tree) is a discrete structure that NUTS, HMC and SVI "
+            "cannot update or enumerate. Run the model with MCMC(TreeKernel(NUTS(model, "
+            "find_heuristic_step_size=False), tree=<the name given to soft_tree>), ...) (bdtree_jax.numpyro.TreeKernel), which updates the "
+            "topology by grow/prune Metropolis-Hastings and every continuous site by NUTS.")
+
+    @property
     def split_prob(self) -> np.ndarray:
         return topology_split_prob(self.max_depth, self.alpha, self.beta)
 

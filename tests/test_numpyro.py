@@ -260,3 +260,21 @@ def test_tree_kernel_recovers_planted_parameters():
     counts = collections.Counter(topology_string(t) for t in np.asarray(s["tree_topology"]))
     top = counts.most_common(1)[0][0]
     assert top == PLANTED_TREE and top.count("L") == 3, counts
+
+
+def test_gradient_inference_on_a_soft_tree_names_tree_kernel():
+    """Plain NUTS or SVI on a model with a soft tree stop before their first step with an error that
+    names TreeKernel (before issue #38: NumPyro's "does not have enumerate support")."""
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoNormal
+    from numpyro.optim import Adam
+
+    X = np.random.default_rng(0).uniform(size=(12, 2))
+
+    def model(X):
+        soft_tree("tree", X, max_depth=2, h=0.05)
+
+    with pytest.raises(ValueError, match=r"TreeKernel\(NUTS\(model"):
+        MCMC(NUTS(model), num_warmup=2, num_samples=2, progress_bar=False).run(jax.random.PRNGKey(0), X)
+    with pytest.raises(ValueError, match=r"bdtree_jax.numpyro.TreeKernel"):
+        SVI(model, AutoNormal(model), Adam(1e-2), Trace_ELBO()).run(jax.random.PRNGKey(0), 2, X, progress_bar=False)
