@@ -422,7 +422,7 @@ def run_chains(
                          "only through it) or the devices of this process (devices=jax.local_devices()).")
     block_size = int(min(block_size, max(num_iterations, 1)))
     num_recorded = recorded_count(num_iterations, num_warmup, thin)
-    chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))  # keys: fold_in only
     extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
     ident = _fingerprint(
         fingerprint, jax.random.key_data(key), num_chains, num_iterations, *extra, *jax.tree.leaves(data)

@@ -689,14 +689,15 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
     M, N = config.n_trees, n_nodes(config.max_depth)
     td = data.tree_data
     stump = cgm.init(None, td, config.cgm)
-    k_trees, k_leaves, k_sigma = jax.random.split(key, 3)
+    # split(key, 4)[:3] == split(key, 3): the trees, leaves and sigma draw what they always did
+    k_trees, k_leaves, k_sigma, k_redraws = jax.random.split(key, 4)
 
     def grown(k_tree):
         tree, _, _, _ = regrow_subtree(stump.tree, stump.leaf_id, stump.lo, stump.hi, jnp.int32(0),
                                        jax.random.uniform(k_tree, (N, 3)), td, config.min_leaf_size)
         return score(tree, td, config.cgm, 1.0)
 
-    def one(k_tree, k_leaf):
+    def one(k_tree, k_leaf, k_redraw):
         state = grown(k_tree)
         if td.cut_count is not None:
             # valid_cuts="ancestors": the generative process ignores the rows, the prior is
@@ -708,12 +709,13 @@ def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
                 return k, grown(sub)
 
             _, state = jax.lax.while_loop(lambda c: jnp.isneginf(c[1].log_prior), redraw,
-                                          (jax.random.fold_in(k_tree, 1), state))
+                                          (k_redraw, state))
         tree = state.tree
         values = jnp.sqrt(td.likelihood.tau2) * jax.random.normal(k_leaf, (N,))
         return state, jnp.where(leaf_nodes(tree), values, 0.0).astype(jnp.float32)
 
-    trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M))
+    trees, values = jax.vmap(one)(jax.random.split(k_trees, M), jax.random.split(k_leaves, M),
+                                  jax.random.split(k_redraws, M))
     trees = _narrow_ids(trees)
     if config.draws_sigma:
         sigma2 = data.nu * data.lam / (2.0 * jax.random.gamma(k_sigma, 0.5 * data.nu))

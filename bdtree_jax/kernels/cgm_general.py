@@ -75,8 +75,10 @@ def init(key: PRNGKey | None, data: TreeData, config, tree: Tree | None = None, 
 
 
 def draw(key: PRNGKey):
-    """The randomness of one step: (10,) uniforms and a key (module docstring)."""
-    return jax.random.uniform(key, (10,)), jax.random.fold_in(key, 1)
+    """The randomness of one step: (10,) uniforms and a key (module docstring), from one split
+    (the key is ``split(key)[1]``, as before; the uniforms used to be drawn from ``key`` itself)."""
+    k_uniform, k_rule = jax.random.split(key)
+    return jax.random.uniform(k_uniform, (10,)), k_rule
 
 
 def targets(state: CGMState, data: TreeData) -> Array:
@@ -178,7 +180,10 @@ def regrow_step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMStat
     tree = cleared
     flat = data.bins.reshape(-1)
     row_offset = jnp.arange(data.bins.shape[0], dtype=jnp.int32) * data.bins.shape[1]
-    slot_keys = jax.random.split(key, in_sub.shape[0])
+    # one split: the slots' keys (as before: split(key, N + depth)[:N] == split(key, N)), then one
+    # key per level for its missing-value uniforms (fold_in(key, level) was slot_keys[level])
+    all_keys = jax.random.split(key, in_sub.shape[0] + depth)
+    slot_keys, level_keys = all_keys[:in_sub.shape[0]], all_keys[in_sub.shape[0]:]
     for level in range(depth):
         first, count = 2**level - 1, 2**level
         slots = jnp.arange(first, first + count)
@@ -190,7 +195,7 @@ def regrow_step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMStat
         grow_here = growing & can & (sub[slots, 0] < data.split_prob[slots])
         rules = jax.vmap(lambda k, uf, uc, un, l, h, lv: draw_rule_general(
             k, uf, uc, un, l, h, lv, data, tree.nan_left is not None), in_axes=(0, 0, 0, 0, 0, 0, 0 if levels is not None else None))(
-            slot_keys[slots], sub[slots, 1], sub[slots, 2], jax.random.uniform(jax.random.fold_in(key, level), (count,)),
+            slot_keys[slots], sub[slots, 1], sub[slots, 2], jax.random.uniform(level_keys[level], (count,)),
             lo[slots], hi[slots], at(levels))
         tree = _grow_level(tree, slots, rules, grow_here)
         rule = rule_at(tree, leaf_id)

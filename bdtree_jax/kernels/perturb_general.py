@@ -67,7 +67,8 @@ __all__ = ["draw", "propose", "step", "with_perturb_general"]
 def draw(key: PRNGKey):
     """The randomness of one step: (6,) uniforms (node, kind, feature, cut, accept, missing bit)
     and a key (the levels a categorical perturbation moves, a new level set)."""
-    return jax.random.uniform(key, (6,)), jax.random.fold_in(key, 1)
+    k_uniform, k_rule = jax.random.split(key)  # k_rule is fold_in(key, 1) as before; the uniforms changed
+    return jax.random.uniform(k_uniform, (6,)), k_rule
 
 
 def _unpack(mask: Array) -> Array:

@@ -141,7 +141,8 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: PGConfig) ->
 
     def body(carry):
         particles, last, log_w, t = carry
-        k_resample, k_move = jax.random.split(jax.random.fold_in(key, t))
+        # split(., 3)[:2] == split(., 2): numeric data draw what they always did
+        k_resample, k_move, k_general = jax.random.split(jax.random.fold_in(key, t), 3)
         # Conditional multinomial resampling (a no-op in law at t = 0: identical particles).
         pool = log_w if config.include_reference else log_w.at[0].set(-jnp.inf)
         if P > 1:
@@ -152,7 +153,7 @@ def step(key: PRNGKey, state: cgm.CGMState, data: TreeData, config: PGConfig) ->
         particles = jax.tree.map(lambda a: a[idx], particles)
         last = last[idx]
         log_w = jnp.full((P,), jax.nn.logsumexp(log_w) - jnp.log(P), jnp.float32)
-        uniforms, keys = smc.move_draws(k_move, P, data)
+        uniforms, keys = smc.move_draws(k_move, P, data, k_general)
         particles, last, increment = jax.vmap(advance, in_axes=(0, 0, 0, None, 0, 0))(
             uniforms, particles, last, data, is_reference, keys
         )

@@ -325,6 +325,36 @@ TOPOLOGY, FEATURE = "tree_topology", "tree_feature"
 _SPLIT_SITES = ("tree_tau", "tree_weights")
 
 
+def _log_jacobian(transforms, params):
+    """Log |det| of the constraining transforms of the rule sites at the unconstrained ``params``
+    (the rule proposal's densities are in constrained coordinates; the jump is in ``z``'s)."""
+    return sum(
+        jnp.sum(transforms[n].log_abs_det_jacobian(params[n], transforms[n](params[n])))
+        for n in _SPLIT_SITES if n in params
+    )
+
+
+class _StepKeys(NamedTuple):
+    """The sub-keys of one iteration (each consumed by one stage only)."""
+
+    refresh: Any
+    move: Any
+    topology: Any
+    leg1: Any
+    leg2: Any
+    accept: Any
+    change: Any
+    rule: Any
+    leaf: Any
+
+
+def _step_keys(key) -> _StepKeys:
+    """One ``split`` of the iteration's key into the named sub-keys of :class:`_StepKeys`.  With
+    partitionable threefry ``split(key, 9)[:6] == split(key, 6)``, so the first six (all that
+    classification and the paper's jump use) are the keys of earlier versions."""
+    return _StepKeys(*jax.random.split(key, len(_StepKeys._fields)))
+
+
 def _four_moves(p) -> tuple:
     """(grow, prune, change, stay) from three (no change) or four move probabilities."""
     return tuple(p) if len(p) == 4 else (p[0], p[1], 0.0, p[2])
@@ -468,6 +498,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         params = unravel(z)
         constrained = {n: transforms[n](v) for n, v in params.items()}
         k_trace, k_draw = jax.random.split(key)
+        k_sites = jax.random.split(k_draw, len(names))  # == fold_in(k_draw, i) for site i
         tr = trace(seed(substitute(model, data=constrained), k_trace)).get_trace(
             data["X"], data["y"], h=h_final, **{GIBBS_SITES_KWARG: conditioning(data, is_split, feature)}
         )
@@ -481,7 +512,7 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
                 inactive = leaf_inactive
             else:
                 continue
-            fresh = tr[name]["fn"].sample(jax.random.fold_in(k_draw, i))
+            fresh = tr[name]["fn"].sample(k_sites[i])
             fresh_u = transforms[name].inv(fresh)
             mask = inactive.reshape(inactive.shape + (1,) * (fresh_u.ndim - 1)) & jnp.isfinite(fresh_u)
             out[name] = jnp.where(mask, fresh_u, params[name])
@@ -548,12 +579,6 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
     # -- regression: the rule of a grown node proposed from the data ------------------------------
 
-    def log_jacobian(transforms, params):
-        return sum(
-            jnp.sum(transforms[n].log_abs_det_jacobian(params[n], transforms[n](params[n])))
-            for n in _SPLIT_SITES if n in params
-        )
-
     def split_jump(key, data, unravel, transforms, z, c, psi, is_split, feature, node, grow, change, beta):
         """The node's rule at a grow or change drawn from :func:`rjhmc_split.propose_rule`, at a
         prune redrawn from the prior (``c``: ``z``'s constrained values, ``psi`` their right
@@ -590,15 +615,15 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
         else:
             feature = feature.at[node].set(new_first)
         log_q = jnp.where(grow, log_p_old, log_q_old) - jnp.where(from_q, log_q_new, log_p_new)
-        log_q = log_q + log_jacobian(transforms, params) - log_jacobian(transforms, new)
+        log_q = log_q + _log_jacobian(transforms, params) - _log_jacobian(transforms, new)
         return ravel_pytree(new)[0], feature, log_q
 
     # -- kernel functions ---------------------------------------------------------------------------
     def init(key, data):
-        names, transforms, z, unravel, feature = layout(data, key)
+        k_layout, k_feat, k_ref, k_ss = jax.random.split(key, 4)
+        names, transforms, z, unravel, feature = layout(data, k_layout)
         is_split = stump(config.max_depth)
         n_features = data["X"].shape[1]
-        k_feat, k_ref, k_ss = jax.random.split(jax.random.fold_in(key, 1), 3)
         if has_feature(data):
             feature = jax.random.randint(k_feat, (M,), 0, n_features)
         z = refresh(k_ref, data, names, transforms, unravel, z, is_split, feature)
@@ -611,57 +636,58 @@ def rjhmc(config: RJHMCConfig) -> SamplingAlgorithm:
 
     def step(key, state, data):
         names, transforms, _, unravel, _ = layout(data)
-        k_ref, k_move, k_prop, k_leg1, k_leg2, k_acc = jax.random.split(key, 6)
+        keys = _step_keys(key)
         warm = state.iteration < config.num_warmup
         p = jnp.where(warm, probs[0], probs[1])
         is_split, feature = state.is_split, state.feature
-        z0 = refresh(k_ref, data, names, transforms, unravel, state.z, is_split, feature)
+        z0 = refresh(keys.refresh, data, names, transforms, unravel, state.z, is_split, feature)
 
-        u = jax.random.uniform(k_move)
+        u = jax.random.uniform(keys.move)
         topo = u < p[0] + p[1]
-        prop = propose_topology(k_prop, is_split, p[0] / jnp.maximum(p[0] + p[1], 1e-12))
+        prop = propose_topology(keys.topology, is_split, p[0] / jnp.maximum(p[0] + p[1], 1e-12))
         topo = topo & jnp.isfinite(prop.log_q_ratio)
         log_q = jnp.where(topo, prop.log_q_ratio, 0.0)
         new_split = jnp.where(topo, prop.is_split, is_split)
         node, grow = prop.node, topo & prop.grow
         change = jnp.bool_(False)
         if has_change:  # the rule of a node whose children are leaves (root included); Q = 1
-            change = (u >= p[0] + p[1]) & (u < p[0] + p[1] + p[2])
             changeable = nog_nodes(Tree(is_split, None, None))
-            change_node = jax.random.categorical(jax.random.fold_in(k_prop, 3), jnp.where(changeable, 0.0, -jnp.inf))
+            # a stump has no rule to change: the move is a stay (and is recorded as one)
+            change = (u >= p[0] + p[1]) & (u < p[0] + p[1] + p[2]) & changeable.any()
+            change_node = jax.random.categorical(keys.change, jnp.where(changeable, 0.0, -jnp.inf))
             node = jnp.where(change, change_node, node)
         jump = topo | change
 
         beta = state.beta
-        f1, z1, adapt, t, info1 = run_leg(k_leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
+        f1, z1, adapt, t, info1 = run_leg(keys.leg1, data, unravel, is_split, feature, z0, state.adapt, state.nuts_t, beta)
         z_rule, f_star = z1, f1
         if conditional_splits or conditional_leaves:
             c1 = {n: transforms[n](v) for n, v in unravel(z1).items()}
             psi1 = right_probs(data, c1, f1)
         if conditional_splits:
             z_rule, f_rule, log_q_rule = split_jump(
-                jax.random.fold_in(k_prop, 2), data, unravel, transforms, z1, c1, psi1, is_split, f1, node, grow, change,
+                keys.rule, data, unravel, transforms, z1, c1, psi1, is_split, f1, node, grow, change,
                 beta,
             )
             f_star = jnp.where(jump, f_rule, f1)
             log_q = log_q + jnp.where(jump, log_q_rule, 0.0)
         if conditional_leaves:
             z_jump, log_q_leaves = conditional_leaf_jump(
-                jax.random.fold_in(k_prop, 1), data, unravel, transforms, c1, psi1, z_rule, is_split, new_split, f_star,
+                keys.leaf, data, unravel, transforms, c1, psi1, z_rule, is_split, new_split, f_star,
                 node, beta,
             )
             z_star = jnp.where(jump, z_jump, z1)
             log_q = log_q + jnp.where(jump, log_q_leaves, 0.0)
         else:
             z_star = jnp.where(topo, swap_leaf_sites(unravel, z_rule, node), jnp.where(change, z_rule, z1))
-        f2, z2, adapt, t, info2 = run_leg(k_leg2, data, unravel, new_split, f_star, z_star, adapt, t, beta)
+        f2, z2, adapt, t, info2 = run_leg(keys.leg2, data, unravel, new_split, f_star, z_star, adapt, t, beta)
 
         U = lambda z, s, f: make_pe(data, unravel, s, f, h_final, beta)(z)  # noqa: E731
         log_unbiased = U(z1, is_split, f1) - U(z_star, new_split, f_star) + log_q
         log_biased = U(z0, is_split, feature) - U(z2, new_split, f2) + log_q
         log_alpha = jnp.where(warm, log_biased, log_unbiased)
         log_alpha = jnp.where(jnp.isnan(log_alpha), -jnp.inf, log_alpha)
-        accepted = jax.random.exponential(k_acc) > -log_alpha
+        accepted = jax.random.exponential(keys.accept) > -log_alpha
 
         is_split = jnp.where(accepted, new_split, is_split)
         feature = jnp.where(accepted, f2, feature)

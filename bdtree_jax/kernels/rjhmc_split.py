@@ -144,7 +144,9 @@ def propose_rule(key, cand: SplitCandidates, n_features: int, oblique: bool):
 
 
 def rule_log_density(cand: SplitCandidates, first, tau, n_features: int, oblique: bool):
-    """Log density of a rule under :func:`propose_rule`'s mixture (constrained coordinates)."""
+    """Log density () of a rule (``first``: feature () int or weights (F,); ``tau`` ()) under
+    :func:`propose_rule` (constrained coordinates): the mixture, or the prior alone when
+    ``cand.has_data`` is False."""
     if oblique:
         log_dir = jax.vmap(lambda j: dist.Dirichlet(_axis_concentration(j, n_features)).log_prob(first))(
             jnp.arange(n_features)
@@ -159,4 +161,6 @@ def rule_log_density(cand: SplitCandidates, first, tau, n_features: int, oblique
     terms = jnp.where(inside & jnp.isfinite(cand.log_weight), cand.log_weight + log_first - jnp.log(width), -jnp.inf)
     data = jnp.where(cand.has_data, logsumexp(terms), -jnp.inf)
     prior = prior_log_density(first, tau, n_features, oblique)
-    return jnp.logaddexp(np.log(PRIOR_WEIGHT) + prior, np.log1p(-PRIOR_WEIGHT) + data)
+    mixture = jnp.logaddexp(np.log(PRIOR_WEIGHT) + prior, np.log1p(-PRIOR_WEIGHT) + data)
+    # without a candidate cut propose_rule draws from the prior alone (weight 1, not PRIOR_WEIGHT)
+    return jnp.where(cand.has_data, mixture, prior)

@@ -203,12 +203,13 @@ def init_state(data: TreeData, config: cgm.CGMConfig, tree: Tree | None = None, 
     return cgm.init(None, data, config, tree=tree, beta=beta)
 
 
-def move_draws(key: PRNGKey, P: int, data: TreeData) -> tuple[Array, Array | None]:
+def move_draws(key: PRNGKey, P: int, data: TreeData, general_key: PRNGKey) -> tuple[Array, Array | None]:
     """The randomness of one grow step of ``P`` particles: (P, 3) uniforms (split or not, feature,
-    cut) and, with categorical features or missing values, (P,) keys (the missing-value bit and
-    the level set); None otherwise (numeric data draw exactly what they always did)."""
+    cut) from ``key`` and, with categorical features or missing values, (P,) keys (the
+    missing-value bit and the level set) split from ``general_key``, a key of its own; None
+    otherwise (numeric data draw exactly what they always did and ignore ``general_key``)."""
     uniforms = jax.random.uniform(key, (P, 3))
-    return uniforms, (jax.random.split(jax.random.fold_in(key, 1), P) if general_rules(data) else None)
+    return uniforms, (jax.random.split(general_key, P) if general_rules(data) else None)
 
 
 def _can_split(state: cgm.CGMState, data: TreeData) -> Array:
@@ -329,7 +330,8 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
     whole depth level with ``grow="layer"``), reweight, flag the islands to resample next."""
     P, I = config.num_particles, config.n_islands
     Q = P // I
-    k_resample, k_move = jax.random.split(key)
+    # split(key, 3)[:2] == split(key, 2): numeric data draw what they always did
+    k_resample, k_move, k_general = jax.random.split(key, 3)
 
     # Resampling inside each flagged island (the gather is computed for every island and is the
     # identity for the others).
@@ -346,7 +348,7 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
     advance = jax.vmap(lambda u, p, l, d, k: _advance(u, p, l, d, config, n_bins, key=k), in_axes=(0, 0, 0, None, 0))
 
     if config.grow == "next":
-        uniforms, keys = move_draws(k_move, P, data)
+        uniforms, keys = move_draws(k_move, P, data, k_general)
         particles, last, increment = advance(uniforms, particles, last, data, keys)
     else:
         # Layer-wise: decide, one node at a time, every splittable leaf at depth == stage (the
@@ -365,7 +367,7 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
         def body(carry):
             p, l, inc, k = carry
             on = active(p, l)
-            uniforms, keys = move_draws(jax.random.fold_in(k_move, k), P, data)
+            uniforms, keys = move_draws(jax.random.fold_in(k_move, k), P, data, jax.random.fold_in(k_general, k))
             new_p, new_l, step_inc = advance(uniforms, p, l, data, keys)
             p = jax.tree.map(lambda a, b: jnp.where(on.reshape((P,) + (1,) * (a.ndim - 1)), a, b), new_p, p)
             return p, jnp.where(on, new_l, l), inc + jnp.where(on, step_inc, 0.0), k + 1

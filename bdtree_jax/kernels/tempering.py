@@ -75,7 +75,7 @@ def tempered(algorithm: SamplingAlgorithm, betas: tuple, vectorized: bool = Fals
     beta_arr = np.asarray(betas, np.float32)
 
     def init_fn(key, data):
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(R))
+        keys = jax.random.split(key, R)  # == fold_in(key, r) for rung r (partitionable threefry)
         states = jax.vmap(algorithm.init, in_axes=(0, None))(keys, data)
         return states._replace(beta=jnp.asarray(beta_arr))
 

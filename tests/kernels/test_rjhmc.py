@@ -53,7 +53,9 @@ def test_fast_schedule_matches_exact_topology_posterior(tiny, kind):
     traces, _ = run_chains(rjhmc(_config(kind)), _data(X, y), key=jax.random.key(0), num_chains=CHAINS,
                            num_iterations=WARMUP + KEPT)
     empirical = topology_frequencies(traces["is_split"][:, WARMUP:].reshape(-1, 7))
-    assert tv_distance(exact, empirical) <= 0.05, (exact, empirical)
+    tv = tv_distance(exact, empirical)
+    print(f"{kind}: TV {tv:.4f}")
+    assert tv <= 0.05, (exact, empirical)
     # after warm-up a stay move is always accepted (the HMC legs cancel in the acceptance)
     stay = traces["move"][:, WARMUP:] == 2
     assert traces["accepted"][:, WARMUP:][stay].all()
@@ -84,12 +86,16 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     base = rjhmc(_config("df"))
     hot = SamplingAlgorithm(lambda k, d: base.init(k, d)._replace(beta=jnp.float32(1 / 3)), base.step, base.trace)
     traces, _ = run_chains(hot, _data(X, y), key=jax.random.key(4), num_chains=CHAINS, num_iterations=WARMUP + KEPT)
-    assert tv_distance(exact_hot, frequencies(traces)) <= 0.05
+    tv_hot = tv_distance(exact_hot, frequencies(traces))
+    print(f"hot chain alone: TV {tv_hot:.4f}")
+    assert tv_hot <= 0.05
 
     algorithm = tempering.tempered(base, tempering.ladder(3, 1.0))
     traces, _ = run_chains(algorithm, _data(X, y), key=jax.random.key(2), num_chains=CHAINS,
                            num_iterations=WARMUP + KEPT)
-    assert tv_distance(exact, frequencies(traces)) <= 0.05
+    tv_cold = tv_distance(exact, frequencies(traces))
+    print(f"cold chain of the ladder: TV {tv_cold:.4f}")
+    assert tv_cold <= 0.05
     rates = swap_rates(traces["swap_pair"][:, WARMUP:], traces["swap_accepted"][:, WARMUP:], 3)
     upper = rates[np.triu_indices(3, 1)]
     assert np.all((upper > 0.05) & (upper < 0.999)), rates
@@ -242,3 +248,138 @@ def test_checkpoint_resume_gives_the_identical_chain(tiny, tmp_path, monkeypatch
     resumed, _ = run_chains(algorithm, _data(X, y), checkpoint=path, **run)
     for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(a, b)
+
+
+# -- the jump's sub-keys, a change on a stump, the rule density without candidate cuts --------------
+
+
+def _one_split_state(config, data, key):
+    """A state with the root split (max_depth 2), tempered to ``beta = 0`` (the prior: the leaf
+    means' conditional is N(0, 1), so a grow's proposed leaf means are its standard-normal draws)
+    and a tiny frozen NUTS step (the second leg barely moves them)."""
+    state = rjhmc(config).init(key, data)
+    adapt = state.adapt._replace(step_size=jnp.float32(1e-4))
+    return state._replace(is_split=state.is_split.at[0].set(True), beta=jnp.float32(0.0), adapt=adapt)
+
+
+def _grown_leaf_draws(n=600):
+    """One iteration from the one-split state with every move a grow (at node 1 or 2), ``n`` keys:
+    for the accepted grows, the node and the (left, right) child leaf means, which are the leaf
+    proposal's 2nd and 3rd standard-normal draws (up to the 1e-4 step leg)."""
+    import bdtree_jax.kernels.rjhmc as rj
+
+    X = np.random.default_rng(0).uniform(size=(6, 2))
+    data = _data(X, np.zeros(6))
+    data["y"] = data["y"].astype(jnp.float32)
+    config = RJHMCConfig(task="regression", kind="df", max_depth=2, num_warmup=0, leg_steps=1, max_tree_depth=2,
+                         move_probs=(0.5, 0.5, 0.0))
+    rj.rjhmc.cache_clear()
+    algorithm = rj.rjhmc(config)
+    state = _one_split_state(config, data, jax.random.key(0))
+    step = jax.jit(jax.vmap(lambda k: algorithm.step(k, state, data)))
+    new, info = step(jax.random.split(jax.random.key(1), n))
+    rj.rjhmc.cache_clear()
+    grown = np.asarray(info["accepted"]) & (np.asarray(info["move"]) == 0)
+    split = np.asarray(new.is_split)[grown]
+    node = np.where(split[:, 1], 1, 2)
+    mu = np.asarray(info["params"]["leaf_mean"])[grown]
+    left, right = mu[np.arange(len(node)), 2 * node + 1], mu[np.arange(len(node)), 2 * node + 2]
+    return node, left, right
+
+
+def _leaf_draws_look_standard(node, left, right):
+    """Each child's draw N(0, 1) and the two independent, whatever the node: means within 4.5
+    standard errors of 0, P(left > right) within 4.5 standard errors of 1/2 at each node (~150
+    accepted grows per node of 600 proposals; the reused key gives P = 1 at node 1)."""
+    ok = True
+    for at in (1, 2):
+        l, r = left[node == at], right[node == at]
+        m = len(l)
+        ok &= m > 60
+        ok &= abs(l.mean()) < 4.5 / np.sqrt(m) and abs(r.mean()) < 4.5 / np.sqrt(m)
+        ok &= abs((l > r).mean() - 0.5) < 4.5 * 0.5 / np.sqrt(m)
+    return bool(ok)
+
+
+def test_leaf_proposal_draws_are_standard_normal_and_independent_of_the_node():
+    # The grown node's children's leaf means are the leaf proposal's normal draws: before the fix
+    # they came from fold_in(k_prop, 1), the key the node choice had used (split(k_prop)[1]), and
+    # every grow at node 1 had left > right (P = 1.0 instead of 0.5).
+    node, left, right = _grown_leaf_draws()
+    assert _leaf_draws_look_standard(node, left, right), [
+        ((left > right)[node == a].mean(), left[node == a].mean(), right[node == a].mean()) for a in (1, 2)]
+
+
+@pytest.mark.slow
+def test_leaf_proposal_check_fails_with_the_reused_key(monkeypatch):
+    # planted error: the old derivation of the change / rule / leaf keys (fold_in of the key that
+    # propose_topology splits)
+    import bdtree_jax.kernels.rjhmc as rj
+
+    def old_keys(key):
+        k = jax.random.split(key, 6)
+        return rj._StepKeys(*k, jax.random.fold_in(k[2], 3), jax.random.fold_in(k[2], 2), jax.random.fold_in(k[2], 1))
+
+    monkeypatch.setattr(rj, "_step_keys", old_keys)
+    assert not _leaf_draws_look_standard(*_grown_leaf_draws())
+
+
+def test_step_keys_are_one_split_and_keep_the_first_six():
+    from bdtree_jax.kernels.rjhmc import _step_keys
+
+    key = jax.random.key(3)
+    keys = jax.random.key_data(jnp.stack(list(_step_keys(key))))
+    assert len({tuple(np.asarray(k).ravel()) for k in keys}) == 9
+    np.testing.assert_array_equal(keys[:6], jax.random.key_data(jax.random.split(key, 6)))
+
+
+@pytest.mark.slow
+def test_a_change_on_a_tree_without_splits_is_a_stay():
+    # RJHMC's chains never leave the one-split tree (the root is not pruned), but a state given
+    # from outside may have no split.  Such a tree has no rule to change: before the fix the move
+    # was recorded as a change (3) and ran a jump that redrew the root's inactive rule and the leaf
+    # means; now it is a stay (2) and the topology is unchanged.  (The state is outside the
+    # prior's support, so no move from it is accepted.)
+    X = np.random.default_rng(0).uniform(size=(6, 2))
+    data = {"X": jnp.asarray(X, jnp.float32), "y": jnp.asarray(X[:, 0], jnp.float32)}
+    config = RJHMCConfig(task="regression", kind="df", max_depth=2, num_warmup=0, leg_steps=1, max_tree_depth=2,
+                         move_probs=(0.0, 0.0, 1.0, 0.0))
+    algorithm = rjhmc(config)
+    state = algorithm.init(jax.random.key(0), data)
+    state = state._replace(is_split=jnp.zeros_like(state.is_split))
+    new, info = jax.jit(jax.vmap(lambda k: algorithm.step(k, state, data)))(jax.random.split(jax.random.key(1), 50))
+    assert (np.asarray(info["move"]) == 2).all(), np.asarray(info["move"])
+    assert not np.asarray(new.is_split).any()
+
+
+@pytest.mark.parametrize("oblique, distinct", [(False, True), (False, False), (True, False)])
+def test_rule_density_is_the_density_drawn_from(oblique, distinct):
+    # The rule proposal's density integrates to 1 over rules, with or without candidate cuts.  With
+    # no feature holding two distinct values propose_rule draws from the prior alone; the density
+    # used to be 0.25 x the prior there (the mixture weight of the prior), integral 0.25.
+    # Checked by importance sampling from the prior: E_prior[q / p] = 1 (4000 draws; tolerance 0.1,
+    # the ratio's Monte Carlo error is < 0.03 here).
+    from bdtree_jax.kernels import rjhmc_split as rs
+
+    rng = np.random.default_rng(0)
+    F = 2
+    X = rng.uniform(size=(5, F)) if distinct else np.full((5, F), 0.3)
+    cand = rs.split_candidates(jnp.asarray(X, jnp.float32), jnp.asarray(rng.normal(size=5), jnp.float32),
+                               jnp.ones(5), 1.0, 0.0, 1.0)
+    assert bool(cand.has_data) == distinct
+
+    def ratio(key):
+        first, tau = rs.prior_rule(key, F, oblique)
+        return jnp.exp(rs.rule_log_density(cand, first, tau, F, oblique)
+                       - rs.prior_log_density(first, tau, F, oblique))
+
+    r = np.asarray(jax.vmap(ratio)(jax.random.split(jax.random.key(0), 4000)))
+    if not distinct:
+        np.testing.assert_allclose(r, 1.0, rtol=1e-5)
+    else:  # the weight-1 average of q / p over the prior
+        assert abs(r.mean() - 1.0) < 0.1, r.mean()
+    # and the draws: without candidate cuts they are the prior's (same key, same rule)
+    if not distinct:
+        k = jax.random.key(7)
+        first, tau = rs.propose_rule(k, cand, F, oblique)
+        assert np.isfinite(float(rs.rule_log_density(cand, first, tau, F, oblique)))
