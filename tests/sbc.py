@@ -39,6 +39,13 @@ from bdtree_jax.data import TreeData, make_split_grid
 from bdtree_jax.exact import enumerate_trees
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.posterior.hard import _sample_leaf_params
+
+
+def _leaf_keys(key):
+    """The (k_leaf, k_sigma) of :func:`_sample_leaf_params` from one draw's key, as the posterior
+    splits it."""
+    k_leaf, _, k_sigma = jax.random.split(key, 3)
+    return k_leaf, k_sigma
 from bdtree_jax.priors import TreePrior, make_tree_data, node_stats
 from bdtree_jax.tree import Tree, from_string
 
@@ -357,7 +364,7 @@ def single_tree_geweke(kernel: TreeKernel, joint: JointPrior, *, chains: int, it
                 tree = kernel.tree(state)
                 held = tree if kernel.carry is None else kernel.carry(state)
                 leaf, stats = node_stats(tree, data)
-                params, sigma2 = _sample_leaf_params(k_params, tree, stats, lik)
+                params, sigma2 = _sample_leaf_params(*_leaf_keys(k_params), tree, stats, lik)
             finally:
                 PLANT.variant = None
             f = params[leaf]
@@ -618,7 +625,7 @@ def smc_evidence_check(config, joint: JointPrior, *, replicates: int, seed: int 
         j = jax.random.categorical(k_pick, out.log_weight)
         tree = Tree(*(a[j] for a in out.trees))
         leaf, stats = node_stats(tree, data)
-        params, sigma2 = _sample_leaf_params(k_params, tree, stats, lik)
+        params, sigma2 = _sample_leaf_params(*_leaf_keys(k_params), tree, stats, lik)
         return out.log_evidence, tree, sigma2, params[leaf], y
 
     keys = jax.random.split(jax.random.key(seed), total)
@@ -682,7 +689,7 @@ def tempered_check(algorithm, betas: tuple, config, joint: JointPrior, *, replic
         states = jax.lax.scan(body, states, jax.random.split(k_run, iterations))[0]
         cold = jax.tree.map(lambda a: a[jnp.argmax(states.beta == 1.0)], states.tree)
         leaf, stats = node_stats(cold, data)
-        params, sigma2 = _sample_leaf_params(k_params, cold, stats, lik)
+        params, sigma2 = _sample_leaf_params(*_leaf_keys(k_params), cold, stats, lik)
         return cold, sigma2, params[leaf]
 
     keys = jax.random.split(jax.random.key(seed), total)

@@ -30,16 +30,15 @@ def _leaf_stats(tree: Tree, train_bins, point_stats):
     return leaf, jax.ops.segment_sum(point_stats, leaf, num_segments=tree.is_split.shape[-1])
 
 
-def _sample_leaf_params(key, tree: Tree, stats, likelihood):
+def _sample_leaf_params(k_leaf, k_sigma, tree: Tree, stats, likelihood):
     """Leaf parameters (N, P) drawn from their conditional posterior given the tree (class
     probabilities; or leaf means given sigma^2, itself drawn from its marginal posterior) and
-    sigma^2 (NaN for classification).  Uses the first and third of ``split(key, 3)``; the second
-    is left to the caller's noise."""
-    k1, _, k3 = jax.random.split(key, 3)
+    sigma^2 (NaN for classification).  A draw's key is split once, ``k_leaf, k_noise, k_sigma =
+    split(key, 3)``: the first and third come here, the second is the draw's predictive noise."""
     if isinstance(likelihood, DirichletMultinomial):
-        return likelihood.sample_leaf(k1, stats), jnp.float32(jnp.nan)
-    sigma2 = likelihood.posterior_sigma2(k3, stats, leaf_nodes(tree))
-    return likelihood.sample_leaf(k1, stats, sigma2), sigma2
+        return likelihood.sample_leaf(k_leaf, stats), jnp.float32(jnp.nan)
+    sigma2 = likelihood.posterior_sigma2(k_sigma, stats, leaf_nodes(tree))
+    return likelihood.sample_leaf(k_leaf, stats, sigma2), sigma2
 
 
 def _train_cell(n_stats: int) -> int:
@@ -84,7 +83,8 @@ def _leaf_draws(keys, trees: Tree, train_bins, train_stats, likelihood):
     (D,) (NaN for classification)."""
 
     def one(key, tree):
-        return _sample_leaf_params(key, tree, _node_stats(tree, train_bins, train_stats), likelihood)
+        k_leaf, _, k_sigma = jax.random.split(key, 3)  # the second: the draw's noise (_noisy_at_rows)
+        return _sample_leaf_params(k_leaf, k_sigma, tree, _node_stats(tree, train_bins, train_stats), likelihood)
 
     return jax.vmap(one)(keys, trees)
 
@@ -117,8 +117,8 @@ def _draw_pointwise(keys, trees: Tree, train_bins, point_stats, likelihood, code
 
     def one(key, tree):
         leaf, stats = _leaf_stats(tree, train_bins, point_stats)
-        params, sigma2 = _sample_leaf_params(key, tree, stats, likelihood)
-        k_rep = jax.random.split(key, 3)[1]
+        k_leaf, k_rep, k_sigma = jax.random.split(key, 3)
+        params, sigma2 = _sample_leaf_params(k_leaf, k_sigma, tree, stats, likelihood)
         if isinstance(likelihood, DirichletMultinomial):
             probs = params[leaf]  # (n, K)
             loglik = likelihood.point_log_lik(probs, codes)
