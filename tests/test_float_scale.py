@@ -230,8 +230,26 @@ def test_non_finite_log_likelihood_is_an_error():
 
     X, y = _regression_data(n=60)
     reg = bd.BayesianTreeRegressor(method="hmc-df", max_depth=2, num_warmup=10, num_samples=10, num_chains=1)
-    with pytest.raises(ValueError, match="log-likelihood is not finite.*rescale y"):
+    with pytest.raises(ValueError, match="log-likelihood is not finite.*rescale y"), \
+            pytest.warns(UserWarning, match="y has standard deviation"):
         reg.fit(X, y * 1e20)
+
+
+@pytest.mark.parametrize("factor", [1e-20, 1e20])
+def test_rjhmc_regression_warns_when_y_is_far_from_unit_scale(factor):
+    """RJHMC regression's priors are in y's units (the paper's): at y * 1e-20 the fit was
+    prior-dominated and silent.  Now a warning names y's scale and says what to do, before anything
+    is compiled (raised as an error here, so the fit stops there)."""
+    import warnings
+
+    import bdtree_jax as bd
+
+    X, y = _regression_data(n=60)
+    reg = bd.BayesianTreeRegressor(method="hmc-df", max_depth=2, num_warmup=10, num_samples=10, num_chains=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with pytest.raises(UserWarning, match=r"y has standard deviation .*Fit y / .*method='cgm'"):
+            reg.fit(X, y * factor)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -16,6 +17,10 @@ from .base import Kernel, MCMCMethod
 __all__ = ["RJHMC", "KINDS"]
 
 KINDS = ("df", "dfi")
+
+
+#: RJHMC regression warns when y's standard deviation lies outside this range (its priors are in y's units).
+Y_SD_RANGE = (1e-2, 1e2)
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,15 @@ class RJHMC(MCMCMethod):
         for name in ("nu", "lam", "a"):
             if name in problem.likelihood_options:
                 raise ValueError(f"{where}{name} belongs to CGM's conjugate leaf prior; {self.name} does not use it.")
+        if problem.task == "regression":
+            sd = float(np.std(np.asarray(problem.train_y, np.float64)))
+            if not Y_SD_RANGE[0] <= sd <= Y_SD_RANGE[1]:
+                warnings.warn(
+                    f"{where}y has standard deviation {sd:.3g}: {self.name}'s regression priors are stated in y's "
+                    f"units (leaf means N(mu_bar, 1), sigma^2 ~ InverseGamma(1.5, 1.5), as in the RJHMC-Tree paper), "
+                    f"so at this scale they dominate (or vanish against) the data. Fit y / {sd:.3g} and multiply "
+                    f"the predictions by {sd:.3g}, or use a method whose priors follow y's scale (method='cgm').",
+                    UserWarning, stacklevel=2)
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior = problem.prior

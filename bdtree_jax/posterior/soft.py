@@ -90,8 +90,8 @@ def _soft_pointwise(keys, draws, X_train, onehot, y, h, concentration, kind):
 class SoftTreePosterior(_DrawSummaries):
     """Draws of RJHMC-Tree (HMC-DF / HMC-DFI); arrays are numpy with leading axes ``(chain, draw)``.
     The fields every posterior shares are described on the base class; ``stats`` adds
-    ``move`` (0 grow, 1 prune, 2 stay), ``log_alpha``, ``step_size``, ``nuts_accept``, ``nuts_grads``
-    and ``diverging``, with ``log_lik`` at ``h_final`` and ``log_prior`` of the topology."""
+    ``move`` (0 grow, 1 prune, 2 stay, 3 change), ``log_alpha``, ``step_size``, ``nuts_accept``,
+    ``nuts_grads`` and ``diverging``, with ``log_lik`` at ``h_final`` and ``log_prior`` of the topology."""
 
     draws: dict
     """``is_split`` (C, S, N) bool topology, ``feature`` (C, S, M) split features (HMC-DF),
