@@ -402,8 +402,8 @@ def _resume_note(out) -> str:
     now = _stamp(checkpoint)
     if now is not None and (now != _RESUMABLE["before"] or _RESUMABLE["resumed"]):
         return f"; rerun the same command to resume from {checkpoint}"
-    return (f" before its first checkpoint (one is written every block_size iterations); rerunning the same "
-            f"command starts over")
+    return (" before its first checkpoint (one is written every block_size iterations); rerunning the same "
+            "command starts over")
 
 
 class _Resumed(logging.Handler):

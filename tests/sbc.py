@@ -15,7 +15,7 @@ What is here (``docs/theory/calibration.md`` explains the method and its toleran
   simulator's draws and for the sampler's;
 * :func:`single_tree_geweke`: the successive-conditional simulator around any single-tree kernel:
   ``tree -> kernel steps given y -> (sigma^2, leaf values) | tree, y`` by the library's posterior
-  draw (:func:`bdtree_jax.posterior.hard._sample_leaf_params`, what ``Posterior.predict`` uses)
+  draw (:func:`bdtree_jax.posterior._leaf_draws._sample_leaf_params`, what ``Posterior.predict`` uses)
   ``-> y | tree, leaves, sigma``, vectorised over chains with ``jax.vmap``;
 * :func:`bart_geweke` (BART's own ``geweke_step`` from exact prior draws, numeric or
   categorical / missing inputs via :class:`MixedTreeTable`), :func:`smc_evidence_check` (the
@@ -38,7 +38,7 @@ from scipy.special import logsumexp
 from bdtree_jax.data import TreeData, make_split_grid
 from bdtree_jax.exact import enumerate_trees
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
-from bdtree_jax.posterior.hard import _sample_leaf_params
+from bdtree_jax.posterior._leaf_draws import _sample_leaf_params
 
 
 def _leaf_keys(key):

@@ -469,7 +469,7 @@ def test_the_checksum_is_verified_before_any_large_array_is_built(saved, tmp_pat
 def test_a_file_declaring_more_than_the_cap_is_refused(saved, tmp_path, monkeypatch):
     bad = _large_zero_entry(saved, tmp_path, 8)
     monkeypatch.setenv(_files.MAX_BYTES_ENV, str(2**20))
-    with pytest.raises(bd.BdtreeFileError, match=rf"more than the 1,048,576 bytes a file may hold here"):
+    with pytest.raises(bd.BdtreeFileError, match=r"more than the 1,048,576 bytes a file may hold here"):
         bd.Posterior.load(bad)
     monkeypatch.setenv(_files.MAX_BYTES_ENV, str(2**30))
     with pytest.raises(bd.BdtreeFileError, match="checksum does not match"):

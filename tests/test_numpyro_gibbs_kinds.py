@@ -117,7 +117,7 @@ def test_draw_latents_exact_in_the_tails():
     within 2e-5 (1 + |z|) at means from -60 to 60 on either side, where the Phi/Phi^-1 formula
     alone (``bart.draw_latents`` before issue #38, also BARTClassifier's) put latents on the wrong
     side of 0 past ~13."""
-    from bdtree_jax.kernels.bart import draw_latents
+    from bdtree_jax.kernels.probit import draw_latents
 
     eta = jnp.asarray(np.repeat([-60.0, -30.0, -14.5, -12.0, -5.0, -2.9, 0.0, 3.0, 8.0, 40.0], 500), jnp.float32)
     y = jnp.asarray(np.tile([1.0, 0.0], 2500), jnp.float32)

@@ -20,7 +20,7 @@ with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.sit
 * ``"probit"``: the one site ``f`` enters is an observed ``Bernoulli(probs)`` (neither scaled nor
   masked) with ``Phi^-1(probs) - f`` the same at every probe where ``probs`` is read accurately
   (``probs = Phi(f + rest)``; a clipped or floored ``Phi`` gets ``"mh"``).  Albert–Chib: latents
-  ``z ~ N(eta, 1)`` truncated to the side of 0 the label says (:func:`bdtree_jax.kernels.bart.draw_latents`, accurate at
+  ``z ~ N(eta, 1)`` truncated to the side of 0 the label says (:func:`bdtree_jax.kernels.probit.draw_latents`, accurate at
   any ``eta``), then backfitting on ``z - (eta - f)`` with ``sigma = 1``, as
   :class:`~bdtree_jax.estimators.BARTClassifier`; the latents are not kept.  ``eta`` is read from
   ``probs`` where float32 holds it (``probs`` in ``[1e-36, 1 - 2**-4]``) and elsewhere from the
@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import log_ndtr, ndtr, ndtri
+from jax.scipy.special import ndtri
 from numpyro.handlers import condition, seed, substitute, trace
 from numpyro.infer.gibbs import conditioned, with_conditioning
 from numpyro.infer.hmc import HMC
@@ -59,7 +59,7 @@ from numpyro.infer.util import compute_log_probs, log_density
 from ..kernels import bart as bart_kernel
 from ..kernels import cgm, tree_mh
 from ..kernels._moves import mh_log_ratio
-from ..kernels.bart import draw_latents
+from ..kernels.probit import draw_latents
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
 
 __all__ = ["KINDS", "TreeGibbs", "TreeGibbsState"]

@@ -124,7 +124,7 @@ class BARTPosterior(Saveable):
         values, trees = fields.get("leaf_values"), fields.get("trees")
         is_split = getattr(trees, "is_split", None)
         if not isinstance(is_split, np.ndarray) or is_split.ndim != 4:
-            raise ValueError(f"its trees are not a (chains, draws, trees, nodes) stack")
+            raise ValueError("its trees are not a (chains, draws, trees, nodes) stack")
         if isinstance(values, dict):
             at = values.get("at_leaves")
             leaf = leaf_mask(is_split)
