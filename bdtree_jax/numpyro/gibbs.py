@@ -365,7 +365,8 @@ class TreeGibbs(MCMCKernel):
         spec = site.spec
         data = spec.problem.data
         if not spec.leaf_values:
-            return _structure_step(key, state, spec, values, lambda v: self._log_density(v, model_args, model_kwargs))
+            return _structure_step(key, state, spec, values,
+                                   lambda v: self._log_density_terms(v, model_args, model_kwargs))
         if site.kind in ("normal", "probit"):
             obs = self._trace(values, model_args, model_kwargs)[site.observed]
             fn = _unwrap(obs["fn"])
@@ -524,7 +525,9 @@ def _structure_step(key, state: bart_kernel.BARTState, spec: TreeSiteSpec, value
     prop = cgm.propose(u[:4], one, tree_data, config)
     tree, leaf_id, lo, hi = cgm.apply_local(one, prop, jnp.bool_(True))
     new_value = encode_trees(tree, jnp.zeros(tree.is_split.shape, jnp.float32), spec.thresholds, False)
-    d_log_density = log_density_fn({**values, spec.trees_site: new_value}) - log_density_fn(values)
+    # the terms' differences summed (tree_mh.log_lik_change), not two float32 totals differenced
+    d_log_density = tree_mh.log_lik_change(log_density_fn({**values, spec.trees_site: new_value}),
+                                           log_density_fn(values))
     accept = prop.possible & (jnp.log(u[4]) < mh_log_ratio(d_log_density, prop.d_log_prior, prop.log_q_ratio))
     one = tree_mh.accept_structure(one, prop, accept, tree, leaf_id.astype(one.leaf_id.dtype), lo, hi)
     trees = jax.tree.map(lambda a: a[None], one)
