@@ -4,6 +4,8 @@ Sampling the posterior over single CART trees (structure, splits, leaf parameter
 algorithms, on CPU or GPU, with results that go to NumPyro, ArviZ, scikit-learn and pandas.
 """
 
+from importlib import metadata as _metadata
+
 from ._devices import configure_cpu_devices
 
 configure_cpu_devices()
@@ -24,7 +26,10 @@ from .tree import Tree  # noqa: E402
 from ._files import BdtreeFileError, PickleFileWarning  # noqa: E402
 from .diagnostics import ConvergenceWarning  # noqa: E402
 
-__version__ = "0.1.0"
+try:  # one source: pyproject.toml's version, as installed
+    __version__ = _metadata.version("bdtree_jax")
+except _metadata.PackageNotFoundError:  # run from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BARTClassifier",

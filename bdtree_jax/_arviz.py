@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-__all__ = ["arviz_major_version", "make_inference_data"]
+__all__ = ["CODES", "arviz_major_version", "make_inference_data", "summary_table"]
 
 
 def _import_arviz():
@@ -93,3 +93,26 @@ def make_inference_data(groups: dict, dims: dict | None = None):
         return az.from_dict(groups, coords=coords, dims=dims)
     # arviz 0.x: from_dict(posterior=..., sample_stats=..., ..., coords, dims) -> InferenceData
     return az.from_dict(**groups, coords=coords, dims=dims)
+
+
+#: Per-draw statistics that are codes (the move proposed, the rungs of a swap, the particle
+#: chosen, the restructure's kind), not quantities: :func:`summary_table` leaves them out.
+CODES = ("move", "swap_pair", "chosen", "restructure_kind")
+
+
+def summary_table(stats: dict, num_chains: int, num_draws: int, **kwargs):
+    """``az.summary`` of the per-draw scalars in ``stats``: a pandas DataFrame with one row per
+    quantity (every ``(num_chains, num_draws)`` entry, in ``stats``' order, but the codes of
+    :data:`CODES`; booleans as 0/1, so their mean is a rate) and ArviZ's columns: ``mean``,
+    ``sd``, a credible interval (ArviZ 0.2x: ``hdi_3%``, ``hdi_97%``; 1.x: ``eti89_lb``,
+    ``eti89_ub``), ``mcse_mean``, ``mcse_sd``, ``ess_bulk``, ``ess_tail`` and ``r_hat``.
+    ``kwargs`` go to ``az.summary`` (``round_to``, 0.2x's ``hdi_prob``, 1.x's ``ci_prob`` ...).
+    A ``ValueError`` when there are no draws."""
+    if num_draws < 1:
+        raise ValueError("summary needs draws; this posterior has none (num_samples=0).")
+    rows = {name: np.asarray(v, np.float64) for name, v in stats.items()
+            if name not in CODES and np.shape(v) == (num_chains, num_draws)
+            and np.asarray(v).dtype.kind in "biuf"}
+    az = _import_arviz()
+    with np.errstate(invalid="ignore", divide="ignore"):  # a constant quantity: NaN r_hat and mcse_sd
+        return az.summary(make_inference_data({"posterior": rows}), **kwargs)

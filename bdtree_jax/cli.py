@@ -18,7 +18,8 @@ A config is a YAML mapping (an unknown key is an error naming the closest known 
                               # leaves: concentration (classification), nu, lam, a, mu_bar;
                               # the method's options: the fields of bdtree_jax.methods.CGM,
                               # RJHMC, PCFG, SMC, PG, WU (proposal, move_probs, num_particles,
-                              # h_init, log_phi, n_local ...); tempering: n_temperatures, delta_t
+                              # h_init, log_phi, num_local_steps ...); tempering:
+                              # num_temperatures, delta_t
     num_warmup: 4500          # sampler: num_warmup, num_samples, num_chains, seed, block_size,
                               # thin (keep every thin-th draw after warm-up), data_shards
                               # (split the rows over that many devices; bdtree_jax.RunOptions)
@@ -50,7 +51,10 @@ The method's options may also be nested under ``method`` and the tempering optio
 ``tempering`` (both spellings are accepted; a key may not be given in both)::
 
     method: {name: pg, num_particles: 10, proposal: prior}
-    tempering: {n_temperatures: 4, delta_t: 0.2}
+    tempering: {num_temperatures: 4, delta_t: 0.2}
+
+The earlier names of the counts (``n_local``, ``n_islands``, ``n_buckets``, ``n_temperatures``)
+are still read, each with a deprecation warning on stderr naming its new key.
 
 Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
 kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
@@ -70,10 +74,12 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from ._renamed import RENAMED, renamed, warn_renamed
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
 from .methods import METHODS
 from .methods.flat import TEMPERING_OPTIONS, method_from_name, method_options
@@ -88,6 +94,8 @@ _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size"
 _DATA_KEYS = {"categorical_features", "missing"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS | _RUN_KEYS
+#: The keys' earlier names, ``{old: new}`` (read with a ``DeprecationWarning``).
+_OLD_KEYS = {old: new for old, new in RENAMED.items() if new in ALLOWED_KEYS}
 #: The checkpoint's file name in the output folder.
 _CHECKPOINT = "checkpoint.npz"
 #: Defaults of the run keys that are not :func:`~bdtree_jax.sample`'s arguments.
@@ -102,7 +110,7 @@ _KEY_HELP = {
     "task": "classification or regression",
     "method": "the method's name, or a mapping {name: ..., option: value, ...}",
     "output": "folder of the results and the checkpoint (a rerun resumes from it)",
-    "tempering": "a mapping {n_temperatures: ..., delta_t: ...} (or give them at the top level)",
+    "tempering": "a mapping {num_temperatures: ..., delta_t: ...} (or give them at the top level)",
     "categorical_features": "categorical columns: from_dtype, null, or a list of column names or indices",
     "missing": "missing cells: mia (routed to a side at every rule) or error",
     "max_depth": "deepest level a tree may reach",
@@ -142,17 +150,17 @@ _KEY_HELP = {
     "split_proposal": "hmc regression: a grown node's rule, conditional (scored cuts mixed with the prior) or prior",
     "warmup_move_probs": "grow, prune, (change,) stay during warm-up (null: 0.5, 0.25, 0.25)",
     "log_phi": "log phi of the PCFG prior",
-    "n_buckets": "cut features into that many equal-width buckets (null: every distinct value)",
+    "num_buckets": "cut features into that many equal-width buckets (null: every distinct value)",
     "unbounded": "ignore max_depth: trees of any depth",
     "num_particles": "particles per run (smc) or per sweep (pg)",
-    "n_islands": "independent particle systems, each resampling on its own",
+    "num_islands": "independent particle systems, each resampling on its own",
     "grow": "a stage grows one node per particle (next) or a whole level (layer)",
     "resampling": "multinomial or systematic",
     "ess_threshold": "resample when the ESS falls to this fraction of the particles",
-    "n_local": "CGM steps before and after each restructure",
+    "num_local_steps": "CGM steps before and after each restructure",
     "restructure": "auto, pi or gibbs",
     "max_groups": "the most leaves the Gibbs restructure handles",
-    "n_temperatures": "rungs of the tempering ladder (1: no tempering)",
+    "num_temperatures": "rungs of the tempering ladder (1: no tempering)",
     "delta_t": "rung i has inverse temperature 1 / (1 + delta_t i)",
 }
 
@@ -272,7 +280,7 @@ def load_config(config, overrides=()) -> dict:
     keys or values."""
     source = find_config(config)
     path = str(source)
-    config = _read_config(source)
+    config = _renamed_keys(_read_config(source), where=f"{path}: ")
     for item in overrides:
         _override(config, item)
     unknown = sorted(set(config) - ALLOWED_KEYS)
@@ -287,6 +295,17 @@ def load_config(config, overrides=()) -> dict:
     config.setdefault("output", os.path.join("runs", config["name"]))
     _check_data_keys(config, where=f"{path}: ")
     _flat_options(config, where=f"{path}: ")
+    return config
+
+
+def _renamed_keys(config: dict, *, where: str) -> dict:
+    """``config`` with the earlier names of its keys (top level, under ``method:`` or
+    ``tempering:``) replaced by the new ones, each with a ``DeprecationWarning``."""
+    config = renamed(config, _OLD_KEYS, where=where, stacklevel=1, suffix="")
+    for section in ("method", "tempering"):
+        if isinstance(config.get(section), dict):
+            config[section] = renamed(config[section], _OLD_KEYS, where=f"{where}{section}: ", stacklevel=1,
+                                      suffix="")
     return config
 
 
@@ -554,6 +573,9 @@ def _override(config: dict, item: str) -> None:
     k, sep, v = item.partition("=")
     if not sep:
         raise ValueError(f"--set {item!r}: expected KEY=VALUE.")
+    if k in _OLD_KEYS:
+        warn_renamed(k, _OLD_KEYS[k], "--set: ", stacklevel=1)
+        k = _OLD_KEYS[k]
     if k not in ALLOWED_KEYS:
         raise ValueError(f"--set {item!r}: unknown key {k!r}{_did_you_mean(k, ALLOWED_KEYS)} "
                          "`bdtree config-keys` lists the keys.")
@@ -586,6 +608,13 @@ def _list_configs(names) -> int:
 def main(argv=None) -> int:
     """The ``bdtree`` command; returns the exit code: 0, 2 for a user error (a bad config, key,
     value or file: one line on stderr, no traceback), 130 when interrupted."""
+    with warnings.catch_warnings():
+        # a config's deprecated keys are shown (Python hides DeprecationWarnings outside __main__)
+        warnings.filterwarnings("default", category=DeprecationWarning, module=r"bdtree_jax\.cli$")
+        return _main(argv)
+
+
+def _main(argv) -> int:
     parser = argparse.ArgumentParser(prog="bdtree", description="Bayesian decision trees in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(

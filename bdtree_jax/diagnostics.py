@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ._renamed import accepts_renamed
+
 __all__ = [
     "ConvergenceWarning",
     "ESS_MIN",
@@ -224,10 +226,11 @@ def top_tree_table(posteriors, k: int = 5, names=None) -> pd.DataFrame:
 # tempering
 
 
-def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, n_temperatures: int) -> np.ndarray:
+@accepts_renamed("n_temperatures")
+def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, num_temperatures: int) -> np.ndarray:
     """(R, R) acceptance rate of swaps proposed between rungs ``i < j`` (upper triangle; NaN where
     never proposed) from the recorded ``swap_pair`` / ``swap_accepted`` arrays (any shape)."""
-    R = int(n_temperatures)
+    R = int(num_temperatures)
     pair = np.asarray(swap_pair).ravel()
     acc = np.asarray(swap_accepted).ravel().astype(float)
     proposed = np.bincount(pair, minlength=R * R).reshape(R, R).astype(float)
@@ -315,7 +318,7 @@ def _advice(posterior) -> str:
     more = "more num_warmup and num_samples, more chains (num_chains)"
     if method is None:  # BART
         return f"try {more}, or another tree_sampler"
-    return (f"try {more}, tempering (tempering=bd.Tempering(n_temperatures=4)), or another method or "
+    return (f"try {more}, tempering (tempering=bd.Tempering(num_temperatures=4)), or another method or "
             "proposal (e.g. method=bd.CGM(proposal='cgm+regrow'))")
 
 

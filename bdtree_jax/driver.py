@@ -35,6 +35,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
 from ._checkpoint import _from_host, _host, _read_checkpoint, _to_host, _write_checkpoint
+from ._renamed import CHAIN_METHODS_RENAMED, renamed_value
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
@@ -58,7 +59,7 @@ def chain_devices(num_chains: int, devices=None) -> list:
     return devices[:n]
 
 
-CHAIN_METHODS = ("sequential", "vectorized")
+CHAIN_METHODS = ("loop", "vmap")
 
 #: Default iterations per compiled block of :func:`run_chains` and :func:`sample`.
 BLOCK_SIZE = 500
@@ -68,8 +69,8 @@ CGM_BLOCK_SIZE = 2000
 
 
 def _default_chain_method(devices) -> str:
-    """``"sequential"`` on CPU devices, ``"vectorized"`` on accelerators."""
-    return "sequential" if devices[0].platform == "cpu" else "vectorized"
+    """``"loop"`` on CPU devices, ``"vmap"`` on accelerators."""
+    return "loop" if devices[0].platform == "cpu" else "vmap"
 
 
 class ChainPlan(NamedTuple):
@@ -77,8 +78,8 @@ class ChainPlan(NamedTuple):
 
     devices : tuple of the devices the run uses: ``groups * data_shards`` of them, ``groups``
         dividing the chains.  Group ``g`` is ``devices[g * data_shards:(g + 1) * data_shards]``.
-    chain_method : ``"sequential"`` (chains of a device looped with ``lax.map``) or
-        ``"vectorized"`` (``vmap``-ped).  Kernels that have a per-chain variant (tempered rungs,
+    chain_method : ``"loop"`` (chains of a device looped with ``lax.map``) or ``"vmap"``
+        (``vmap``-ped).  Kernels that have a per-chain variant (tempered rungs,
         incremental scores) are built for this value.
     data_shards : every chain's training rows are split over this many devices (1: each chain
         runs on one device with all its rows, the default).
@@ -109,13 +110,14 @@ def plan_chains(num_chains: int, devices=None, chain_method: str | None = None, 
 
     devices : devices to spread chains over (default: all, ``jax.devices()``, which spans every
         process of a ``jax.distributed`` run; see :func:`chain_devices`).
-    chain_method : ``"sequential"`` or ``"vectorized"``; default ``"sequential"`` on CPU devices,
-        ``"vectorized"`` on accelerators.  Anything else raises ``ValueError``.
+    chain_method : ``"loop"`` or ``"vmap"``; default ``"loop"`` on CPU devices, ``"vmap"`` on
+        accelerators (``"sequential"``, ``"vectorized"``: deprecated).  Else a ``ValueError``.
     data_shards : int >= 1 dividing the number of devices: the devices form groups of
         ``data_shards``, each chain's rows split over the devices of its group, the chains spread
         over the most groups that divide ``num_chains`` (:class:`ChainPlan`).  A ``ValueError``
         names ``data_shards`` when it is not a divisor of the devices.
     """
+    chain_method = renamed_value("chain_method", chain_method, CHAIN_METHODS_RENAMED, stacklevel=3)
     if chain_method is not None and chain_method not in CHAIN_METHODS:
         raise ValueError(f"chain_method must be one of {CHAIN_METHODS}; got {chain_method!r}.")
     if num_chains < 1:
@@ -204,8 +206,8 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
                    shardings=None):
     """Jitted ``(chain_keys, states, data, start, n_valid, num_warmup) -> (states, traces)``.
 
-    Within a device, chains are either ``vmap``-ped (``"vectorized"``: one batched program, best on
-    GPUs) or looped with ``lax.map`` (``"sequential"``: every chain runs the same scalar program, so
+    Within a device, chains are either ``vmap``-ped (``"vmap"``: one batched program, best on
+    GPUs) or looped with ``lax.map`` (``"loop"``: every chain runs the same scalar program, so
     draws are bit-identical whatever the number of chains per device, and a move only pays for
     its own branch).
 
@@ -263,7 +265,7 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
 
     def block(chain_keys, states, data, start, n_valid, num_warmup):
         _TRACES["count"] += 1
-        if chain_method == "vectorized":
+        if chain_method == "vmap":
             return jax.vmap(one_chain, in_axes=(0, 0, None, None, None, None))(
                 chain_keys, states, data, start, n_valid, num_warmup)
         return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid, num_warmup),
@@ -368,8 +370,8 @@ def run_chains(
     fingerprint : anything whose ``repr`` identifies the configuration (part of the checkpoint
         identity).
     devices : devices to spread chains over (default: all; see :func:`chain_devices`).
-    chain_method : how chains share a device: ``"sequential"`` (default on CPU; ``lax.map``) or
-        ``"vectorized"`` (default on GPU; ``vmap``).  Either way the trees, moves and acceptances
+    chain_method : how chains share a device: ``"loop"`` (default on CPU; ``lax.map``) or
+        ``"vmap"`` (default on GPU).  Either way the trees, moves and acceptances
         of chain ``c`` do not depend on the number of chains or devices; floating-point
         diagnostics (log-likelihood, log-prior) can differ in the last bit because XLA compiles
         a batch of one chain differently from a batch of several.

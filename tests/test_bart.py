@@ -565,7 +565,7 @@ def test_leaf_dtype_rounds_only_the_record():
     rng = np.random.default_rng(2)
     X, f = _friedman(200, rng)
     y = f + rng.normal(size=200)
-    kw = dict(n_trees=10, num_warmup=20, num_samples=30, num_chains=1, seed=4, progress=False)
+    kw = dict(num_trees=10, num_warmup=20, num_samples=30, num_chains=1, seed=4, progress=False)
     full = bd.BARTRegressor(**kw).fit(X, y)
     half = bd.BARTRegressor(leaf_dtype="bfloat16", **kw).fit(X, y)
     assert half.posterior_.leaf_values.dtype == jnp.bfloat16
@@ -596,7 +596,7 @@ def test_friedman_end_to_end_and_determinism():
     X, f = _friedman(300, rng)
     y = f + rng.normal(size=300)
     Xt, ft = _friedman(500, rng)
-    model = bd.BARTRegressor(n_trees=50, num_warmup=300, num_samples=300, num_chains=1, seed=1, progress=False)
+    model = bd.BARTRegressor(num_trees=50, num_warmup=300, num_samples=300, num_chains=1, seed=1, progress=False)
     model.fit(X, y)
     post = model.posterior_
     assert post.leaf_values.shape == (1, 300, 50, 63) and post.trees.is_split.shape == (1, 300, 50, 63)  # depth 5
@@ -635,7 +635,7 @@ def test_friedman_end_to_end_and_determinism():
     assert imp[:5].sum() >= 0.6 and imp[:5].min() > imp[5:].max(), imp
 
     # same seed => same draws (the compiled program is reused: same config, shapes and 100-sweep blocks)
-    short = dict(n_trees=50, num_warmup=0, num_samples=100, num_chains=1, progress=False)
+    short = dict(num_trees=50, num_warmup=0, num_samples=100, num_chains=1, progress=False)
     a = bd.BARTRegressor(seed=7, **short).fit(X, y).posterior_
     b = bd.BARTRegressor(seed=7, **short).fit(X, y).posterior_
     c = bd.BARTRegressor(seed=8, **short).fit(X, y).posterior_
@@ -665,7 +665,7 @@ def test_classifier_end_to_end():
     X, _, y = _probit_data(200, rng)
     Xt, pt, yt = _probit_data(500, rng)
     labels = np.array(["no", "yes"])
-    params = dict(n_trees=10, num_warmup=200, num_samples=600, num_chains=2, seed=3, progress=False)
+    params = dict(num_trees=10, num_warmup=200, num_samples=600, num_chains=2, seed=3, progress=False)
     clf = bd.BARTClassifier(**params).fit(X, labels[y])
     post = clf.posterior_
     assert isinstance(post, bd.BARTClassifierPosterior) and list(clf.classes_) == ["no", "yes"]
@@ -687,8 +687,8 @@ def test_classifier_end_to_end():
                                atol=1e-2)
     np.testing.assert_allclose(((f > 0) == (y == 1)).mean(-1), post.stats["train_accuracy"], atol=1e-6)
     np.testing.assert_allclose(f.mean(-1), post.stats["fit_mean"], atol=1e-4)
-    summary = post.summary()
-    assert summary["offset"] == pytest.approx(norm.ppf(y.mean())) and 0.75 < summary["train_accuracy"] <= 1.0
+    assert post.y_offset == pytest.approx(norm.ppf(y.mean()))
+    assert 0.75 < post.summary().loc["train_accuracy", "mean"] <= 1.0
     with pytest.raises(AttributeError, match="fixed at 1"):
         post.sigma
     # ArviZ: pointwise Bernoulli log-likelihood for LOO
@@ -729,8 +729,8 @@ def test_classifier_end_to_end():
 @pytest.mark.parametrize(
     "params,fit_args,match",
     [
-        (dict(n_trees=0), None, "n_trees must be an integer >= 1"),
-        (dict(n_trees=2.5), None, "n_trees must be an integer >= 1"),
+        (dict(num_trees=0), None, "num_trees must be an integer >= 1"),
+        (dict(num_trees=2.5), None, "num_trees must be an integer >= 1"),
         (dict(tree_sampler="gibbs"), None, "tree_sampler must be one of"),
         (dict(num_samples=0), None, "num_samples must be an integer >= 1"),
         (dict(alpha=1.0), None, "alpha must be in"),
@@ -777,7 +777,7 @@ def test_bad_inputs_raise_clear_errors(params, fit_args, match):
 @pytest.mark.parametrize(
     "params,fit_args,match",
     [
-        (dict(n_trees=0), None, "n_trees must be an integer >= 1"),
+        (dict(num_trees=0), None, "num_trees must be an integer >= 1"),
         (dict(tree_sampler="gibbs"), None, "tree_sampler must be one of"),
         (dict(k=-1.0), None, "k must be > 0"),
         (dict(max_cuts=True), None, "max_cuts must be a positive integer or None"),

@@ -81,7 +81,7 @@ def test_bart_pg_estimators_fit_tables_with_strings_and_missing_cells():
     trees carry level sets and missing-value bits, some rule is a level set, the fit explains the
     response, and new rows with an unseen level and missing cells predict."""
     X, species = _penguins()
-    options = dict(n_trees=8, max_depth=3, num_warmup=20, num_samples=10, num_chains=1, tree_sampler="pg", num_particles=5,
+    options = dict(num_trees=8, max_depth=3, num_warmup=20, num_samples=10, num_chains=1, tree_sampler="pg", num_particles=5,
                    progress=False, seed=1)
     Xr, y = X.drop(columns="body_mass_g"), X.body_mass_g.to_numpy()
     model = bd.BARTRegressor(**options).fit(Xr, y)

@@ -213,12 +213,12 @@ def test_bart_refuses_categorical_and_missing():
     before = driver.trace_count()
     with pytest.raises(ValueError, match=r"BARTRegressor: BART does not support missing values \(NaN\) yet \(column "
                                          r"'Solar.R' has 5\)"):
-        bd.BARTRegressor(n_trees=5, num_warmup=2, num_samples=2).fit(X, y)
+        bd.BARTRegressor(num_trees=5, num_warmup=2, num_samples=2).fit(X, y)
     Xc = X.fillna(0.0).assign(Month=X.Month.astype("category"))
     with pytest.raises(ValueError, match="BART does not support categorical features yet \\(column 'Month'"):
-        bd.BARTRegressor(n_trees=5, num_warmup=2, num_samples=2).fit(Xc, y)
+        bd.BARTRegressor(num_trees=5, num_warmup=2, num_samples=2).fit(Xc, y)
     with pytest.raises(ValueError, match="BART does not support categorical"):
-        bd.BARTClassifier(n_trees=5).fit(Xc, (y > y.median()).astype(int))
+        bd.BARTClassifier(num_trees=5).fit(Xc, (y > y.median()).astype(int))
     assert driver.trace_count() == before
 
 

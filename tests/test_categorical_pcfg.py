@@ -228,10 +228,10 @@ def test_more_than_max_levels_is_a_clear_error():
 
 def test_too_many_boxes_is_a_clear_error():
     codes, cuts = pcfg.code_mixed_features(X, CATEGORICAL)
-    with pytest.raises(ValueError, match="max_boxes=10 distinct boxes.*n_buckets=.*max_depth="):
+    with pytest.raises(ValueError, match="max_boxes=10 distinct boxes.*num_buckets=.*max_depth="):
         pcfg.build_grammar(codes, LIK.point_stats(Y), LIK, max_depth=2, boundary_cut=cuts, categorical=CATEGORICAL,
                            max_boxes=10)
-    with pytest.raises(ValueError, match="GiB.*over the max_bytes=.*n_buckets=.*max_depth="):
+    with pytest.raises(ValueError, match="GiB.*over the max_bytes=.*num_buckets=.*max_depth="):
         pcfg.build_grammar(codes, LIK.point_stats(Y), LIK, max_depth=2, boundary_cut=cuts, categorical=CATEGORICAL,
                            max_bytes=1e4, max_boxes=10**6)
 

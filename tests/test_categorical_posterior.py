@@ -78,7 +78,7 @@ def test_bart_variable_inclusion_counts_a_categorical_column_once(penguins):
     X, _ = penguins
     y = X["body_mass_g"].fillna(X["body_mass_g"].mean()).to_numpy()
     Xf = X.drop(columns=["body_mass_g"])
-    reg = bd.BARTRegressor(n_trees=10, num_warmup=50, num_samples=50, num_chains=1, seed=0, progress=False).fit(Xf, y)
+    reg = bd.BARTRegressor(num_trees=10, num_warmup=50, num_samples=50, num_chains=1, seed=0, progress=False).fit(Xf, y)
     inclusion = np.asarray(reg.posterior_.variable_inclusion(mean=True))
     assert inclusion.shape == (Xf.shape[1],)  # one entry per column, categorical ones included
     np.testing.assert_allclose(inclusion.sum(), 1.0, atol=1e-6)

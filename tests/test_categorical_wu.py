@@ -215,7 +215,7 @@ def test_sample_wu_on_a_table_with_categorical_columns_and_missing_cells():
     with pytest.raises(ValueError, match=r"method='wu': restructure='gibbs' .* not available with categorical"):
         bd.sample(X, y, method=bd.WU(restructure="gibbs"), num_warmup=2, num_samples=2, num_chains=1)
     assert driver.trace_count() == before
-    post = bd.sample(X, y, method=bd.WU(n_local=2), prior=bd.TreePrior(max_depth=3), num_warmup=30, num_samples=30,
+    post = bd.sample(X, y, method=bd.WU(num_local_steps=2), prior=bd.TreePrior(max_depth=3), num_warmup=30, num_samples=30,
                      num_chains=1, seed=1)
     trees = post.trees
     assert trees.levels_left is not None and trees.nan_left is not None

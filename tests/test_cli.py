@@ -261,7 +261,7 @@ def test_interrupted_before_the_first_checkpoint_promises_no_resume(tmp_path, mo
     ("method: {num_particles: 5}", "unknown method None"),
     ("method: {name: pg, num_particles: 5}\nnum_particles: 5", "\\['num_particles'\\] given both"),
     ("tempering: 4", "tempering must be a mapping"),
-    ("tempering: {n_temperatures: 4, delta: 0.2}", "unknown tempering keys \\['delta'\\]"),
+    ("tempering: {num_temperatures: 4, delta: 0.2}", "unknown tempering keys \\['delta'\\]"),
 ])
 def test_bad_nested_config(tmp_path, text, match):
     bad = tmp_path / "bad.yaml"
@@ -272,12 +272,12 @@ def test_bad_nested_config(tmp_path, text, match):
 
 def test_set_overrides_a_nested_key(tmp_path):
     path = tmp_path / "nested.yaml"
-    path.write_text("dataset: iris\nmethod: {name: pg, num_particles: 5}\ntempering: {n_temperatures: 2}\n")
+    path.write_text("dataset: iris\nmethod: {name: pg, num_particles: 5}\ntempering: {num_temperatures: 2}\n")
     config = load_config(path)
-    for item in ("num_particles=7", "delta_t=0.3", "n_temperatures=3", "seed=4"):
+    for item in ("num_particles=7", "delta_t=0.3", "num_temperatures=3", "seed=4"):
         _override(config, item)
     assert config["method"] == {"name": "pg", "num_particles": 7}
-    assert config["tempering"] == {"n_temperatures": 3} and config["delta_t"] == 0.3 and config["seed"] == 4
+    assert config["tempering"] == {"num_temperatures": 3} and config["delta_t"] == 0.3 and config["seed"] == 4
     _override(config, "method=cgm")
     assert config["method"] == "cgm"
 
@@ -294,9 +294,9 @@ def _short_pg(tmp_path, name, text):
 
 
 def test_nested_method_and_tempering_equal_the_flat_keys(tmp_path):
-    flat = _short_pg(tmp_path, "flat", "method: pg\nnum_particles: 5\nproposal: prior\nn_temperatures: 2\ndelta_t: 0.3\n")
+    flat = _short_pg(tmp_path, "flat", "method: pg\nnum_particles: 5\nproposal: prior\nnum_temperatures: 2\ndelta_t: 0.3\n")
     nested = _short_pg(tmp_path, "nested", "method: {name: pg, num_particles: 5, proposal: prior}\n"
-                                           "tempering: {n_temperatures: 2, delta_t: 0.3}\n")
+                                           "tempering: {num_temperatures: 2, delta_t: 0.3}\n")
     assert nested["method"] == flat["method"] == "pg"
     for key in ("test_accuracy_per_chain", "leaves_mean", "map_tree", "acceptance_rate", "most_visited_tree"):
         assert nested[key] == flat[key]

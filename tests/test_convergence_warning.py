@@ -97,7 +97,7 @@ def test_chains_in_different_places_warn_rhat_with_its_value():
     rhat = convergence_diagnostics(_fake(ll))["log_lik"]["rhat"]
     assert f"R-hat of the log-likelihood (log_lik) is {rhat:.3f} > 1.05" in text
     assert "number of leaves" not in text  # n_leaves mixes (independent draws)
-    for remedy in ("num_samples", "num_chains", "n_temperatures", "proposal"):
+    for remedy in ("num_samples", "num_chains", "num_temperatures", "proposal"):
         assert remedy in text
 
 
@@ -180,7 +180,7 @@ def test_estimator_fit_warns_at_the_callers_line():
 def test_bart_fit_warns_on_train_log_lik_at_the_callers_line():
     X = RNG.normal(size=(30, 2))
     y = X[:, 0] + 0.1 * RNG.normal(size=30)
-    est = bd.BARTRegressor(n_trees=3, max_depth=2, num_warmup=0, num_samples=10, num_chains=2, progress=False)
+    est = bd.BARTRegressor(num_trees=3, max_depth=2, num_warmup=0, num_samples=10, num_chains=2, progress=False)
     _, caught = _warnings_of(est.fit, X, y)
     assert len(caught) == 1 and _is_callers_line(caught[0])
     assert "(train_log_lik)" in str(caught[0].message) and "tree_sampler" in str(caught[0].message)

@@ -174,7 +174,7 @@ def test_make_cgm():
 
 
 def test_make_xor_parity():
-    X, y = make_xor(500, n_features=10, n_relevant=3, seed=1)
+    X, y = make_xor(500, num_features=10, num_relevant=3, seed=1)
     assert list(X.columns) == [f"x{j}" for j in range(10)]
     assert X.shape == (500, 10) and y.shape == (500,) and y.name == "target"
     assert pd.api.types.is_integer_dtype(y) and all(
@@ -188,11 +188,11 @@ def test_make_xor_parity():
     assert Xd.shape == (64, 20)
     np.testing.assert_array_equal(yd.to_numpy(), Xd.iloc[:, :4].sum(axis=1).to_numpy() % 2)
     # reproducible
-    X2, y2 = make_xor(500, n_features=10, n_relevant=3, seed=1)
+    X2, y2 = make_xor(500, num_features=10, num_relevant=3, seed=1)
     pd.testing.assert_frame_equal(X, X2)
     pd.testing.assert_series_equal(y, y2)
-    # n_relevant == n_features is allowed
-    X1, y1 = make_xor(10, n_features=1, n_relevant=1)
+    # num_relevant == num_features is allowed
+    X1, y1 = make_xor(10, num_features=1, num_relevant=1)
     np.testing.assert_array_equal(y1.to_numpy(), X1["x0"].to_numpy())
 
 
@@ -204,10 +204,10 @@ def test_make_xor_parity():
         ({"n": 2.5}, "n"),
         ({"n": "10"}, "n"),
         ({"n": True}, "n"),
-        ({"n": 10, "n_features": 0, "n_relevant": 1}, "n_features"),
-        ({"n": 10, "n_relevant": 0}, "n_relevant"),
-        ({"n": 10, "n_features": 3, "n_relevant": 4}, "n_relevant"),
-        ({"n": 10, "n_relevant": 1.0}, "n_relevant"),
+        ({"n": 10, "num_features": 0, "num_relevant": 1}, "num_features"),
+        ({"n": 10, "num_relevant": 0}, "num_relevant"),
+        ({"n": 10, "num_features": 3, "num_relevant": 4}, "num_relevant"),
+        ({"n": 10, "num_relevant": 1.0}, "num_relevant"),
     ],
 )
 def test_make_xor_bad_args(kwargs, arg):

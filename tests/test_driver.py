@@ -55,11 +55,11 @@ def _loop(run_one, data, key, num_chains):
 def test_plan_chains_defaults_and_devices():
     plan = driver.plan_chains(4)
     assert isinstance(plan, driver.ChainPlan)
-    assert plan.chain_method == "sequential"  # the tests run on CPU devices
+    assert plan.chain_method == "loop"  # the tests run on CPU devices
     assert plan.devices == tuple(jax.devices()[:4]) and 4 % len(plan.devices) == 0
     assert len(driver.plan_chains(3).devices) in (1, 3)  # the most devices dividing 3
-    one = driver.plan_chains(4, devices=jax.devices()[:1], chain_method="vectorized")
-    assert one == driver.ChainPlan(tuple(jax.devices()[:1]), "vectorized")
+    one = driver.plan_chains(4, devices=jax.devices()[:1], chain_method="vmap")
+    assert one == driver.ChainPlan(tuple(jax.devices()[:1]), "vmap")
 
 
 def test_plan_chains_rejects_bad_arguments():
@@ -73,11 +73,11 @@ def test_run_chains_with_a_plan_equals_its_arguments(iris_data):
     prior, _, data = iris_data
     algorithm = cgm.cgm(cgm.CGMConfig.from_prior(prior))
     args = dict(key=jax.random.key(1), num_chains=2, num_iterations=50, block_size=25)
-    plan = driver.plan_chains(2, chain_method="vectorized")
+    plan = driver.plan_chains(2, chain_method="vmap")
     with_plan = driver.run_chains(algorithm, data, plan=plan, **args)[0]
-    _assert_same(with_plan, driver.run_chains(algorithm, data, chain_method="vectorized", **args)[0])
+    _assert_same(with_plan, driver.run_chains(algorithm, data, chain_method="vmap", **args)[0])
     with pytest.raises(ValueError, match="either plan or devices/chain_method"):
-        driver.run_chains(algorithm, data, plan=plan, chain_method="vectorized", **args)
+        driver.run_chains(algorithm, data, plan=plan, chain_method="vmap", **args)
     with pytest.raises(ValueError, match="do not divide num_chains=3"):
         driver.run_chains(algorithm, data, plan=plan, **{**args, "num_chains": 3})
 

@@ -387,11 +387,11 @@ def test_soft_posterior_round_trip(iris, tmp_path):
 
 def test_bart_posteriors_round_trip(iris, tmp_path):
     X, y = iris
-    reg = bd.BARTRegressor(n_trees=3, leaf_dtype="bfloat16", **RUN).fit(X.iloc[:, 1:], X.iloc[:, 0]).posterior_
+    reg = bd.BARTRegressor(num_trees=3, leaf_dtype="bfloat16", **RUN).fit(X.iloc[:, 1:], X.iloc[:, 0]).posterior_
     back = _round_trip(reg, tmp_path)
     assert back.leaf_values.dtype == reg.leaf_values.dtype
     np.testing.assert_array_equal(back.predict(X.iloc[:, 1:]), reg.predict(X.iloc[:, 1:]))
-    clf = bd.BARTClassifier(n_trees=3, **RUN).fit(X, y == y[0]).posterior_
+    clf = bd.BARTClassifier(num_trees=3, **RUN).fit(X, y == y[0]).posterior_
     back = _round_trip(clf, tmp_path)
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
 

@@ -173,7 +173,7 @@ def test_single_tree_regression_is_scale_equivariant_every_method(method):
     from bdtree_jax.methods import PCFG
 
     X, y = _regression_data(n=40 if method == "pcfg" else 120)
-    m = PCFG(n_buckets=4) if method == "pcfg" else method
+    m = PCFG(num_buckets=4) if method == "pcfg" else method
     base = _tree_fit(m, X, y)
     fits = {s: _tree_fit(m, X, y * s) for s in SCALES}
     _check_equivariant(base, fits, X)
@@ -195,7 +195,7 @@ def test_bart_regression_is_scale_equivariant():
 
     def fit(yy):
         with _no_numpy_warnings():
-            return bd.BARTRegressor(n_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, yy)
+            return bd.BARTRegressor(num_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, yy)
 
     base = fit(y)
     for s in SCALES:
@@ -215,7 +215,7 @@ def test_response_outside_float32_is_refused():
         with pytest.raises(ValueError, match="y has values of magnitude"):
             bd.BayesianTreeRegressor(num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
         with pytest.raises(ValueError, match="y has values of magnitude"):
-            bd.BARTRegressor(n_trees=2, num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
+            bd.BARTRegressor(num_trees=2, num_warmup=1, num_samples=1, num_chains=1).fit(X, yy)
     # a lam on y's scale that is beyond float32 in units of var(y) is named too
     with pytest.raises(ValueError, match="lam=1.0 is .* times y's variance"):
         bd.BayesianTreeRegressor(lam=1.0, num_warmup=1, num_samples=1, num_chains=1).fit(X, y * 1e-20)
@@ -287,7 +287,7 @@ def test_bart_timestamp_features_route_training_rows_as_binned():
     import bdtree_jax as bd
 
     X, y = _timestamp_data(n=600)
-    reg = bd.BARTRegressor(n_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, y)
+    reg = bd.BARTRegressor(num_trees=10, num_warmup=20, num_samples=20, num_chains=1, seed=0).fit(X, y)
     post = reg.posterior_
     np.testing.assert_array_equal(post.grid.codes(X, feature_names=post.feature_names), post.train_bins)
     train = post.train_draws().reshape(-1, len(X))

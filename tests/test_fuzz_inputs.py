@@ -216,7 +216,7 @@ def _option_mutations():
             + bad("block_size", 0, -1, 1.5, "5")
             + bad("chain_method", "nope", 1)
             + bad("tempering", "yes", 3))
-    bart = (bad("n_trees", 0, -1, 1.5, "200", None)
+    bart = (bad("num_trees", 0, -1, 1.5, "200", None)
             + bad("tree_sampler", "nope", None, 1)
             + bad("max_depth", 15, 30, "3", 0, 2.5)
             + bad("alpha", 1, 0, "0.9", np.nan)
@@ -265,7 +265,7 @@ def _base(rng, target):
         return X, y, {**run, "prior_options": {"max_depth": 2}}
     if target.startswith("BayesianTree"):
         return X, y, {**run, "max_depth": 2}
-    return X, y, {**run, "n_trees": 2, "max_depth": 2}
+    return X, y, {**run, "num_trees": 2, "max_depth": 2}
 
 
 def _option_pool(target):

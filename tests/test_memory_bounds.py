@@ -155,8 +155,8 @@ def test_estimate_counts_a_kept_draw_as_the_posterior_does():
 def test_bart_run_is_checked_too(tiny_memory):
     X, y = bd.datasets.make_cgm(200, seed=0)
     traced = driver.trace_count()
-    with pytest.raises(ValueError, match=r"BARTRegressor: this run needs about .*n_trees=2000.*BDTREE_MEMORY_CHECK=0"):
-        bd.BARTRegressor(n_trees=2000, max_depth=10, num_samples=5000).fit(X, y)
+    with pytest.raises(ValueError, match=r"BARTRegressor: this run needs about .*num_trees=2000.*BDTREE_MEMORY_CHECK=0"):
+        bd.BARTRegressor(num_trees=2000, max_depth=10, num_samples=5000).fit(X, y)
     assert driver.trace_count() == traced
 
 

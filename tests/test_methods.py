@@ -42,7 +42,7 @@ def test_flat_keywords_of_sample_warn_and_give_the_new_spellings_draws(iris):
         old = bd.sample(X, y, method="cgm", proposal="regrow", n_temperatures=4, max_depth=3, **RUN)
     messages = {str(w.message) for w in record}
     assert "proposal= is deprecated; use method=bd.CGM(proposal='regrow')" in messages
-    assert "n_temperatures= is deprecated; use tempering=bd.Tempering(n_temperatures=4)" in messages
+    assert "n_temperatures= is deprecated; use tempering=bd.Tempering(num_temperatures=4)" in messages
     assert "max_depth= is deprecated; use prior=bd.TreePrior(max_depth=3)" in messages
     assert all(w.filename == __file__ for w in record)  # attributed to the caller
     with warnings.catch_warnings():
@@ -72,7 +72,7 @@ def test_from_flat_maps_keywords_onto_the_objects():
     method, temper, rest, moved = from_flat("smc", {"num_particles": 50, "grow": "layer", "max_depth": 4}, where="x: ")
     assert method == bd.SMC(num_particles=50, grow="layer") and temper is None and rest == {"max_depth": 4}
     assert moved == [("num_particles", "method=bd.SMC(num_particles=50)"), ("grow", "method=bd.SMC(grow='layer')")]
-    method, temper, _, moved = from_flat(bd.PG(proposal="posterior"), {"num_particles": 5, "n_temperatures": 3,
+    method, temper, _, moved = from_flat(bd.PG(proposal="posterior"), {"num_particles": 5, "num_temperatures": 3,
                                                                        "delta_t": 0.5})
     assert method == bd.PG(num_particles=5, proposal="posterior") and temper == bd.Tempering(3, 0.5)
     assert ("delta_t", "tempering=bd.Tempering(delta_t=0.5)") in moved
@@ -80,9 +80,9 @@ def test_from_flat_maps_keywords_onto_the_objects():
     assert from_flat("hmc-dfi", {})[0].name == "hmc-dfi"
     assert from_flat("pcfg", {"max_depth": None})[:2] == (bd.PCFG(unbounded=True), None)
     # another method's option at its default is no error (configs spell defaults out)
-    assert from_flat("cgm", {"n_local": 25, "n_temperatures": 1})[0] == bd.CGM()
-    with pytest.raises(ValueError, match="x: n_local is an option of method='wu'; method='cgm' does not use it"):
-        from_flat("cgm", {"n_local": 5}, where="x: ")
+    assert from_flat("cgm", {"num_local_steps": 25, "num_temperatures": 1})[0] == bd.CGM()
+    with pytest.raises(ValueError, match="x: num_local_steps is an option of method='wu'; method='cgm' does not use it"):
+        from_flat("cgm", {"num_local_steps": 5}, where="x: ")
     with pytest.raises(ValueError, match="x: num_particles must be an integer >= 1"):
         from_flat("pg", {"num_particles": 0}, where="x: ")
     with pytest.raises(ValueError, match="unknown method 'magic'"):
@@ -96,8 +96,8 @@ def test_from_flat_maps_keywords_onto_the_objects():
 @pytest.mark.parametrize("method", [bd.PG(num_particles=3), pytest.param(bd.CGM(initial_tree=T0), marks=pytest.mark.slow)],
                          ids=["pg", "edit-prior"])
 def test_tempered_rungs_are_vectorized_with_the_chains(iris, method, monkeypatch):
-    """chain_method="vectorized" builds tempered PG and the edit prior with vmap-ped rungs (and
-    "sequential" with looped ones): the kernel follows the driver's decision, and the chains are
+    """chain_method="vmap" builds tempered PG and the edit prior with vmap-ped rungs (and "loop"
+    with looped ones): the kernel follows the driver's decision, and the chains are
     the same either way."""
     X, y = iris
     flags, original = [], tempering.tempered
@@ -108,13 +108,13 @@ def test_tempered_rungs_are_vectorized_with_the_chains(iris, method, monkeypatch
 
     monkeypatch.setattr(tempering, "tempered", recording)
     kw = dict(method=method, prior=bd.TreePrior(max_depth=2), tempering=bd.Tempering(2), **RUN)
-    seq = bd.sample(X, y, chain_method="sequential", **kw)
-    vec = bd.sample(X, y, chain_method="vectorized", **kw)
+    seq = bd.sample(X, y, chain_method="loop", **kw)
+    vec = bd.sample(X, y, chain_method="vmap", **kw)
     assert flags == [False, True]
     _same_trees(seq, vec)
 
 
-@pytest.mark.parametrize("method", [bd.SMC(num_particles=20), bd.PCFG(n_buckets=4)], ids=["smc", "pcfg"])
+@pytest.mark.parametrize("method", [bd.SMC(num_particles=20), bd.PCFG(num_buckets=4)], ids=["smc", "pcfg"])
 def test_independent_runs_resume_from_a_checkpoint(iris, method, tmp_path, monkeypatch):
     """SMC runs and PCFG draws go through the driver's runner: an interrupted run resumes from its
     checkpoint and equals an uninterrupted one (chain c uses fold_in(key(seed), c) either way)."""
@@ -149,14 +149,14 @@ def test_independent_runs_resume_from_a_checkpoint(iris, method, tmp_path, monke
     (lambda: bd.RJHMC(kind="soft"), "kind must be one of"),
     (lambda: bd.RJHMC(h_init=0.01, h_final=0.02), "h_final"),
     (lambda: bd.RJHMC(schedule="slow"), "schedule"),
-    (lambda: bd.PCFG(n_buckets=1), "n_buckets must be"),
+    (lambda: bd.PCFG(num_buckets=1), "num_buckets must be"),
     (lambda: bd.PCFG(log_phi=float("inf")), "log_phi must be"),
-    (lambda: bd.SMC(num_particles=10, n_islands=3), "n_islands must be"),
+    (lambda: bd.SMC(num_particles=10, num_islands=3), "num_islands must be"),
     (lambda: bd.SMC(ess_threshold=2.0), "ess_threshold must be"),
     (lambda: bd.PG(proposal="cgm"), "proposal must be one of"),
-    (lambda: bd.WU(n_local=0), "n_local must be"),
+    (lambda: bd.WU(num_local_steps=0), "num_local_steps must be"),
     (lambda: bd.WU(max_groups=20), "max_groups must be"),
-    (lambda: bd.Tempering(0), "n_temperatures must be"),
+    (lambda: bd.Tempering(0), "num_temperatures must be"),
     (lambda: bd.Tempering(2, delta_t=-1.0), "delta_t must be"),
     (lambda: bd.RunOptions(num_chains=0), "num_chains must be"),
     (lambda: bd.RunOptions(block_size=2.5), "block_size must be"),
@@ -258,8 +258,8 @@ def test_estimator_unknown_keyword_is_named_at_fit(iris):
     X, y = iris
     with pytest.raises(TypeError, match=r"BayesianTreeClassifier\(\) got unexpected keyword arguments \['samples'\]"):
         bd.BayesianTreeClassifier(samples=3).fit(X, y)
-    with pytest.raises(ValueError, match="give tempering= or n_temperatures=/delta_t=, not both"):
-        bd.BayesianTreeClassifier(tempering=bd.Tempering(2), n_temperatures=3).fit(X, y)
+    with pytest.raises(ValueError, match="give tempering= or num_temperatures=/delta_t=, not both"):
+        bd.BayesianTreeClassifier(tempering=bd.Tempering(2), num_temperatures=3).fit(X, y)
 
 
 @pytest.mark.slow

@@ -128,7 +128,7 @@ def test_bart_prediction_warns_naming_the_column():
     table = pd.DataFrame({"a": rng.uniform(size=n), "b": rng.uniform(size=n)})
     y = np.where(table["b"] > 0.5, 1.0, -1.0) + 0.1 * rng.normal(size=n)
     table.loc[::5, "a"] = np.nan
-    reg = bd.BARTRegressor(n_trees=5, tree_sampler="pg", num_warmup=10, num_samples=10, num_chains=1).fit(table, y)
+    reg = bd.BARTRegressor(num_trees=5, tree_sampler="pg", num_warmup=10, num_samples=10, num_chains=1).fit(table, y)
     new = table.head(3).copy()
     new.loc[1, "b"] = np.nan
     with pytest.warns(MissingValueRoutingWarning, match=r"'b' \(1 of 3 rows\)"):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 N_ROWS = 400
-BART = dict(n_trees=10, max_depth=3, num_warmup=0, num_samples=12, num_chains=1, seed=5)
+BART = dict(num_trees=10, max_depth=3, num_warmup=0, num_samples=12, num_chains=1, seed=5)
 CGM = dict(task="regression", num_warmup=30, num_samples=30, num_chains=2, seed=2)
 TIMEOUT = 150  # seconds per worker (they take ~15 s on 2 idle cores)
 

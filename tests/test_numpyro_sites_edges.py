@@ -56,7 +56,7 @@ def _reference(trees, grid, X, offset):
 
 
 def _bart_model(X, y=None):
-    f = bart("f", X, n_trees=4, max_depth=3, y=y)
+    f = bart("f", X, num_trees=4, max_depth=3, y=y)
     numpyro.sample("y", dist.Normal(f, 0.3), obs=y)  # no continuous site: TreeGibbs runs no NUTS (compiles fast)
 
 
@@ -113,7 +113,7 @@ def test_placeholder_trees_give_nan_not_prior_values():
     """Without a random key and without its trees, a site's values are NaN (a placeholder), so a
     likelihood that was not given the site's deterministic values cannot look valid."""
     X = np.random.default_rng(0).uniform(size=(6, 2))
-    tr = numpyro.handlers.trace(lambda: bart("f", X, n_trees=2, max_depth=2)).get_trace()
+    tr = numpyro.handlers.trace(lambda: bart("f", X, num_trees=2, max_depth=2)).get_trace()
     assert np.isnan(np.asarray(tr["f"]["value"])).all()
 
 

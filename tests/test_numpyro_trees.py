@@ -176,7 +176,7 @@ def test_bart_site_recovers_a_function_and_sigma():
     y = f + 0.3 * rng.normal(size=300)
 
     def model(X, y):
-        fx = bart("f", X, n_trees=20, y=y)
+        fx = bart("f", X, num_trees=20, y=y)
         sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
         numpyro.sample("y", dist.Normal(fx, sigma), obs=y)
 
@@ -201,9 +201,9 @@ def test_tree_gibbs_refuses_bad_input():
         TreeGibbs(no_trees)
 
     def bad_trees(X):
-        bart("f", X, n_trees=0)
+        bart("f", X, num_trees=0)
 
-    with pytest.raises(ValueError, match="n_trees"):
+    with pytest.raises(ValueError, match="num_trees"):
         numpyro.handlers.seed(bad_trees, 0)(np.zeros((5, 2)))
 
 
@@ -227,7 +227,7 @@ def test_geweke_bart_plus_linear_part():
     Z = rng.normal(size=(n, 2))
 
     def model(X, Z, y=None):
-        f = bart("f", X, n_trees=3, scale=2.0, max_depth=3)
+        f = bart("f", X, num_trees=3, scale=2.0, max_depth=3)
         beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
         sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
         numpyro.sample("y", dist.Normal(f + Z @ beta, sigma), obs=y)
@@ -265,7 +265,7 @@ def test_geweke_bart_plus_linear_part():
 
 
 def _small_bart_model(X, y=None):
-    fx = bart("f", X, n_trees=5, max_depth=3, offset=0.0, scale=4.0)
+    fx = bart("f", X, num_trees=5, max_depth=3, offset=0.0, scale=4.0)
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
     numpyro.sample("y", dist.Normal(fx, sigma), obs=y)
 

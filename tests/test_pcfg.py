@@ -126,11 +126,11 @@ def test_grid_lookups_and_scans_find_the_same_boxes():
 
 
 def test_too_many_boxes_is_a_clear_error():
-    X, y = bd.datasets.make_xor(100, n_features=20)
+    X, y = bd.datasets.make_xor(100, num_features=20)
     codes, cuts = pcfg.code_features(X.to_numpy())
-    with pytest.raises(ValueError, match="max_boxes=5,000.*n_buckets=.*max_depth="):
+    with pytest.raises(ValueError, match="max_boxes=5,000.*num_buckets=.*max_depth="):
         pcfg.build_grammar(codes, LIK.point_stats(y.to_numpy()), LIK, max_boxes=5_000)
-    with pytest.raises(ValueError, match="GiB.*over the max_bytes=.*n_buckets=.*max_depth="):
+    with pytest.raises(ValueError, match="GiB.*over the max_bytes=.*num_buckets=.*max_depth="):
         pcfg.build_grammar(codes, LIK.point_stats(y.to_numpy()), LIK, max_bytes=2e6)
 
 
@@ -145,7 +145,7 @@ def test_regression_leaf_marginal_is_the_one_leaf_case_of_cgm():
 @pytest.fixture(scope="module")
 def iris_fit():
     X, y = bd.datasets.load("iris")
-    clf = bd.BayesianTreeClassifier(method="pcfg", n_buckets=10, max_depth=4, num_samples=300, num_chains=2)
+    clf = bd.BayesianTreeClassifier(method="pcfg", num_buckets=10, max_depth=4, num_samples=300, num_chains=2)
     return X, y, clf.fit(X, y)
 
 
@@ -163,7 +163,7 @@ def test_classifier_finds_the_papers_iris_tree(iris_fit):
 
 def test_draws_reproducible_and_independent_of_chain_count(iris_fit):
     X, y, clf = iris_fit
-    one = bd.sample(X, y, method="pcfg", n_buckets=10, max_depth=4, num_samples=300, num_chains=1)
+    one = bd.sample(X, y, method="pcfg", num_buckets=10, max_depth=4, num_samples=300, num_chains=1)
     two = clf.posterior_
     for a, b in zip(one.trees, two.trees):
         np.testing.assert_array_equal(a[0], b[0])
@@ -172,7 +172,7 @@ def test_draws_reproducible_and_independent_of_chain_count(iris_fit):
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(n_buckets=1), "n_buckets"),
+        (dict(num_buckets=1), "num_buckets"),
         (dict(min_leaf_size=2), "min_leaf_size"),
         (dict(log_phi=float("nan")), "log_phi"),
         (dict(move_probs=(0.5, 0.5, 0, 0)), "move_probs"),

@@ -79,11 +79,11 @@ def test_vectorized_chains_give_the_same_trees(problem):
     """Batched chains, with the incremental kernel and with the branch-free full re-scoring one
     (the default on GPUs), follow the same chains as the sequential default."""
     seq = _run(problem)
-    vec = _run(problem, chain_method="vectorized")
+    vec = _run(problem, chain_method="vmap")
     _assert_same_draws(seq, vec)
     _, data = problem
     full = cgm.cgm(cgm.CGMConfig.from_prior(TreePrior(max_depth=4), incremental=False))
-    _assert_same_draws(seq, _run((full, data), chain_method="vectorized"))
+    _assert_same_draws(seq, _run((full, data), chain_method="vmap"))
 
 
 def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, monkeypatch):

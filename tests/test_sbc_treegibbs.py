@@ -101,7 +101,7 @@ def _with_squares(a):
 # -- "normal": y ~ N(bart(X), sigma), sigma by NUTS ------------------------------------------------
 
 def _normal_model(X, y=None):
-    f = bart("f", X, n_trees=2, max_depth=2, scale=2.0)
+    f = bart("f", X, num_trees=2, max_depth=2, scale=2.0)
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
     numpyro.sample("y", dist.Normal(f, sigma), obs=y)
 
@@ -142,7 +142,7 @@ def _poisson_cart_model(X, y=None):
 
 
 def _poisson_bart_model(X, y=None):
-    f = bart("f", X, n_trees=3, max_depth=2, scale=2.0)
+    f = bart("f", X, num_trees=3, max_depth=2, scale=2.0)
     numpyro.sample("y", dist.Poisson(jnp.exp(f)), obs=y)
 
 

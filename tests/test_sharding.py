@@ -58,7 +58,7 @@ def test_bart_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     """200 grow-prune sweeps of 200 trees, every sweep kept: the same trees in every draw, leaf
     values and sigma to float32 round-off."""
     X, y = friedman
-    kw = dict(n_trees=200, tree_sampler="grow-prune", num_warmup=0, num_samples=200, num_chains=1, seed=3)
+    kw = dict(num_trees=200, tree_sampler="grow-prune", num_warmup=0, num_samples=200, num_chains=1, seed=3)
     plain = bd.BARTRegressor(**kw).fit(X, y).posterior_
     sharded = bd.BARTRegressor(**kw, data_shards=4).fit(X, y).posterior_
     assert sharded.info["data_shards"] == 4 and "data_shards" not in plain.info
@@ -93,7 +93,7 @@ def test_bart_probit_latents_do_not_depend_on_the_sharding(friedman):
     numbers whatever the sharding); 2 chains in 2 device groups of 2 row shards."""
     X, y = friedman
     X, labels = X[:1000], (y[:1000] > np.median(y)).astype(int)
-    kw = dict(n_trees=20, num_warmup=0, num_samples=40, num_chains=2, seed=1)
+    kw = dict(num_trees=20, num_warmup=0, num_samples=40, num_chains=2, seed=1)
     plain = bd.BARTClassifier(**kw).fit(X, labels).posterior_
     sharded = bd.BARTClassifier(**kw, data_shards=2).fit(X, labels).posterior_
     _same_trees(plain.trees, sharded.trees)
@@ -139,7 +139,7 @@ def test_plan_groups_devices_by_data_shards():
     assert plan.mesh().shape == {"chain": 2, "data": 2}
     assert driver.plan_chains(3, data_shards=2).groups == 1  # the most groups dividing 3 chains
     assert driver.plan_chains(2, data_shards=4).devices == tuple(jax.devices())
-    assert driver.plan_chains(4) == driver.ChainPlan(tuple(jax.devices()), "sequential")  # data_shards=1
+    assert driver.plan_chains(4) == driver.ChainPlan(tuple(jax.devices()), "loop")  # data_shards=1
 
 
 @pytest.mark.parametrize("value, match", [
@@ -154,7 +154,7 @@ def test_bad_data_shards_are_refused_before_compiling(friedman, value, match):
     with pytest.raises(ValueError, match="sample: " + match):
         bd.sample(X[:100], y[:100], task="regression", num_warmup=5, num_samples=5, data_shards=value)
     with pytest.raises(ValueError, match="BARTRegressor: " + match):
-        bd.BARTRegressor(n_trees=5, num_warmup=1, num_samples=1, data_shards=value).fit(X[:100], y[:100])
+        bd.BARTRegressor(num_trees=5, num_warmup=1, num_samples=1, data_shards=value).fit(X[:100], y[:100])
     assert driver.trace_count() == before
 
 
@@ -164,7 +164,7 @@ def test_rows_not_divisible_by_data_shards_are_refused(friedman):
     with pytest.raises(ValueError, match=r"sample: data_shards=4 must divide the number of training rows \(n=102\)"):
         bd.sample(X[:102], y[:102], task="regression", num_warmup=5, num_samples=5, data_shards=4)
     with pytest.raises(ValueError, match=r"BARTRegressor: data_shards=4 must divide .* \(n=3\)"):
-        bd.BARTRegressor(n_trees=5, num_warmup=1, num_samples=1, data_shards=4).fit(X[:3], y[:3])  # more shards than rows
+        bd.BARTRegressor(num_trees=5, num_warmup=1, num_samples=1, data_shards=4).fit(X[:3], y[:3])  # more shards than rows
     with pytest.raises(ValueError, match=r"BayesianTreeClassifier: data_shards=2 must divide .* \(n=101\)"):
         bd.BayesianTreeClassifier(num_warmup=5, num_samples=5, data_shards=2).fit(X[:101], y[:101] > 10)
     assert driver.trace_count() == before

@@ -118,7 +118,7 @@ def test_hard_predictive_noise_does_not_depend_on_chunks(reg_post, data, monkeyp
 @pytest.fixture(scope="module")
 def bart_post(data):
     X, y, _, _ = data
-    return bd.BARTRegressor(n_trees=8, num_warmup=20, num_samples=40, num_chains=2, seed=0).fit(X, y).posterior_
+    return bd.BARTRegressor(num_trees=8, num_warmup=20, num_samples=40, num_chains=2, seed=0).fit(X, y).posterior_
 
 
 def test_bart_streamed_matches_unchunked(bart_post, data, monkeypatch):
@@ -150,7 +150,7 @@ def test_bart_streamed_matches_unchunked(bart_post, data, monkeypatch):
 
 def test_bart_classifier_streamed(data, monkeypatch):
     X, y, _, Xt = data
-    p = bd.BARTClassifier(n_trees=5, num_warmup=10, num_samples=30, num_chains=1, seed=0).fit(X, y > 0).posterior_
+    p = bd.BARTClassifier(num_trees=5, num_warmup=10, num_samples=30, num_chains=1, seed=0).fit(X, y > 0).posterior_
     from scipy.special import ndtr
 
     probs = ndtr(p.predict_draws(Xt))

@@ -100,7 +100,7 @@ def test_sample_thin_keeps_num_samples_draws(iris):
 def test_bart_thin(iris):
     X, y = iris
     y = X[:, 0] + X[:, 1]
-    kw = dict(n_trees=5, num_warmup=4, num_chains=1, seed=0)
+    kw = dict(num_trees=5, num_warmup=4, num_chains=1, seed=0)
     full = bd.BARTRegressor(**kw, num_samples=12).fit(X, y).posterior_
     thinned = bd.BARTRegressor(**kw, num_samples=6, thin=2).fit(X, y).posterior_
     assert thinned.leaf_values.shape[:2] == (1, 6)
@@ -115,7 +115,7 @@ def test_bad_thin_is_refused(iris, value):
     with pytest.raises(ValueError, match="sample: thin must be an integer >= 1"):
         bd.sample(X, y, num_warmup=1, num_samples=1, thin=value)
     with pytest.raises(ValueError, match="BARTRegressor: thin must be an integer >= 1"):
-        bd.BARTRegressor(n_trees=2, thin=value).fit(X, X[:, 0])
+        bd.BARTRegressor(num_trees=2, thin=value).fit(X, X[:, 0])
     with pytest.raises(ValueError, match="thin must be an integer >= 1"):
         driver.run_chains(*_problem_args(), key=jax.random.key(0), num_chains=1, num_iterations=5, thin=value)
 

@@ -118,7 +118,7 @@ def test_cgm_matches_enumeration(toy_problem, task, min_leaf_size, max_depth, in
     algorithm = cgm.cgm(cgm.CGMConfig.from_prior(TreePrior(max_depth=max_depth, min_leaf_size=min_leaf_size,
                                                            valid_cuts="ancestors"), incremental=incremental))
     traces, _ = run_chains(algorithm, p.data, key=jax.random.key(7), num_chains=CHAINS, num_iterations=ITERS,
-                           block_size=ITERS, chain_method="sequential" if incremental else "vectorized")
+                           block_size=ITERS, chain_method="loop" if incremental else "vmap")
     freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= set(p.exact), "a tree outside the truncated prior's support"
     tv = tv_distance(freqs, p.exact)
@@ -271,7 +271,7 @@ def test_sample_and_estimators_take_valid_cuts():
     assert not np.array_equal(np.asarray(post.trees.cut), np.asarray(other.trees.cut))
     clf = bd.BayesianTreeClassifier(valid_cuts="ancestors", **kw).fit(X, y)
     assert clf.get_params()["valid_cuts"] == "ancestors" and clf.score(X, y) > 0.9
-    reg = bd.BARTRegressor(n_trees=5, num_warmup=20, num_samples=20, num_chains=1, valid_cuts="data")
+    reg = bd.BARTRegressor(num_trees=5, num_warmup=20, num_samples=20, num_chains=1, valid_cuts="data")
     assert reg.fit(X.to_numpy()[:, :3], X.to_numpy()[:, 3]).score(X.to_numpy()[:, :3], X.to_numpy()[:, 3]) > 0.5
 
 

@@ -21,6 +21,8 @@ from importlib.resources import files
 import numpy as np
 import pandas as pd
 
+from .._renamed import accepts_renamed
+
 __all__ = [
     "DATASETS",
     "MIXED",
@@ -329,32 +331,33 @@ def make_cgm(n: int, seed=0) -> tuple[pd.DataFrame, pd.Series]:
     return X, y
 
 
+@accepts_renamed("n_features", "n_relevant")
 def make_xor(
-    n: int, n_features: int = 20, n_relevant: int = 4, seed=0
+    n: int, num_features: int = 20, num_relevant: int = 4, seed=0
 ) -> tuple[pd.DataFrame, pd.Series]:
     """Simulate the hidden-XOR (parity) benchmark of the BCART-PCFG paper.
 
     Every feature is iid Bernoulli(0.5); the label is the XOR (parity) of the first
-    `n_relevant` features, and the remaining features are pure noise.  No single split is
+    `num_relevant` features, and the remaining features are pure noise.  No single split is
     informative, so greedy trees struggle while a good tree posterior sampler should not.
 
     Parameters
     ----------
     n : int
         Number of rows, ``n >= 1``.
-    n_features : int, default 20
+    num_features : int, default 20
         Number of features ``d >= 1``.
-    n_relevant : int, default 4
-        Number of leading features entering the parity, ``1 <= n_relevant <= n_features``.
+    num_relevant : int, default 4
+        Number of leading features entering the parity, ``1 <= num_relevant <= num_features``.
     seed : int, numpy.random.Generator or None, default 0
         Passed to :func:`numpy.random.default_rng`.
 
     Returns
     -------
-    X : pandas.DataFrame of int64, shape (n, n_features)
+    X : pandas.DataFrame of int64, shape (n, num_features)
         0/1 features in columns ``x0 .. x{d-1}``.
     y : pandas.Series of int64, shape (n,)
-        ``X[:, :n_relevant].sum(axis=1) % 2``, named ``"target"``.
+        ``X[:, :num_relevant].sum(axis=1) % 2``, named ``"target"``.
 
     Raises
     ------
@@ -364,53 +367,54 @@ def make_xor(
     Examples
     --------
     >>> from bdtree_jax.datasets import make_xor
-    >>> X, y = make_xor(8, n_features=5, n_relevant=2, seed=0)
+    >>> X, y = make_xor(8, num_features=5, num_relevant=2, seed=0)
     >>> X.shape
     (8, 5)
     >>> bool(((X["x0"] ^ X["x1"]) == y).all())
     True
     """
     n = _check_int(n, "n", 1)
-    n_features = _check_int(n_features, "n_features", 1)
-    n_relevant = _check_int(n_relevant, "n_relevant", 1)
-    if n_relevant > n_features:
+    num_features = _check_int(num_features, "num_features", 1)
+    num_relevant = _check_int(num_relevant, "num_relevant", 1)
+    if num_relevant > num_features:
         raise ValueError(
-            f"n_relevant must be <= n_features, got n_relevant={n_relevant}, "
-            f"n_features={n_features}"
+            f"num_relevant must be <= num_features, got num_relevant={num_relevant}, "
+            f"num_features={num_features}"
         )
     rng = np.random.default_rng(seed)
-    x = rng.integers(0, 2, size=(n, n_features), dtype=np.int64)
-    X = pd.DataFrame(x, columns=[f"x{j}" for j in range(n_features)])
-    y = pd.Series(x[:, :n_relevant].sum(axis=1) % 2, name=_TARGET, dtype=np.int64)
+    x = rng.integers(0, 2, size=(n, num_features), dtype=np.int64)
+    X = pd.DataFrame(x, columns=[f"x{j}" for j in range(num_features)])
+    y = pd.Series(x[:, :num_relevant].sum(axis=1) % 2, name=_TARGET, dtype=np.int64)
     return X, y
 
 
+@accepts_renamed("n_features", "n_per_vertex")
 def make_hypercube(
-    n_features: int = 3, n_per_vertex: int = 10, x_noise: float = 0.1, f_scale: float = 3.0, seed=0
+    num_features: int = 3, num_per_vertex: int = 10, x_noise: float = 0.1, f_scale: float = 3.0, seed=0
 ) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
     """Simulate the hypercube-D mixing benchmark of Particle Gibbs for BART (Lakshminarayanan et
     al. 2015; results in ``docs/benchmarks.md``).
 
-    ``2**D`` clusters of ``n_per_vertex`` rows at the vertices of ``{-1, +1}^D`` with Gaussian
+    ``2**D`` clusters of ``num_per_vertex`` rows at the vertices of ``{-1, +1}^D`` with Gaussian
     input noise (sd ``x_noise``); every vertex has a value ``f(v) ~ N(0, f_scale**2)`` and the
     response is ``y = f(vertex)`` with **no** noise.  Only a tree that separates all ``2**D``
     vertices fits the data; local MCMC moves tend to stall before reaching one.
 
     Returns
     -------
-    X : DataFrame (2**D * n_per_vertex, D), columns ``x0 ..``.
+    X : DataFrame (2**D * num_per_vertex, D), columns ``x0 ..``.
     y : Series of float64, the response ``f(vertex)``, named ``"target"``.
     vertex : Series of int64, each row's vertex id (the bits of its sign pattern), named ``"vertex"``.
 
     Examples
     --------
     >>> from bdtree_jax.datasets import make_hypercube
-    >>> X, y, vertex = make_hypercube(3, n_per_vertex=2, seed=0)
+    >>> X, y, vertex = make_hypercube(3, num_per_vertex=2, seed=0)
     >>> X.shape, int(vertex.nunique())
     ((16, 3), 8)
     """
-    D = _check_int(n_features, "n_features", 1)
-    m = _check_int(n_per_vertex, "n_per_vertex", 1)
+    D = _check_int(num_features, "num_features", 1)
+    m = _check_int(num_per_vertex, "num_per_vertex", 1)
     for name, v in (("x_noise", x_noise), ("f_scale", f_scale)):
         if not (isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0; got {v!r}.")

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._renamed import accepts_renamed, renamed
 from ..data import SPLIT_PRIORS, VALID_CUTS, check_max_cuts
 from ..diagnostics import check_convergence
 from ..driver import check_rows, plan_chains, run_chains
@@ -44,13 +45,17 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
             if name != "self":
                 setattr(self, name, value)
 
+    def set_params(self, **params):
+        """scikit-learn's ``set_params``; ``n_trees`` (deprecated) sets ``num_trees``."""
+        return super().set_params(**renamed(params, {"n_trees": "num_trees"}, where=f"{type(self).__name__}: "))
+
     def _extra_reals(self) -> tuple:
         """``(attribute, ok, what)`` checks of the subclass's real parameters."""
         return ()
 
     def _check_params(self) -> None:
         name = type(self).__name__
-        ints = (("n_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
+        ints = (("num_trees", 1), ("num_warmup", 0), ("num_samples", 1), ("num_chains", 1), ("max_depth", 1),
                 ("num_particles", 1), ("data_shards", 1), ("thin", 1))
         for attr, low in ints:
             v = getattr(self, attr)
@@ -87,7 +92,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
 
     def _problem_options(self) -> dict:
         """The options both problem builders take, from the (checked) parameters."""
-        return dict(n_trees=int(self.n_trees), max_depth=int(self.max_depth), alpha=float(self.alpha),
+        return dict(n_trees=int(self.num_trees), max_depth=int(self.max_depth), alpha=float(self.alpha),
                     beta=float(self.beta), k=float(self.k), split_prior=self.split_prior, max_cuts=self.max_cuts,
                     valid_cuts=self.valid_cuts, categorical_features=self.categorical_features, missing=self.missing,
                     estimator=type(self).__name__)
@@ -106,9 +111,9 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
             raise ValueError(f"{type(self).__name__}: {e}") from None
         dtypes = cgm.CGMConfig.from_prior(problem.prior, n_features=problem.n_features,
                                           n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
-        config = BARTConfig(int(self.n_trees), int(self.max_depth), self.tree_sampler,
+        config = BARTConfig(int(self.num_trees), int(self.max_depth), self.tree_sampler,
                             num_particles=int(self.num_particles), trace_dtypes=dtypes,
-                            incremental=plan.chain_method == "sequential", outcome=problem.outcome,
+                            incremental=plan.chain_method == "loop", outcome=problem.outcome,
                             leaf_dtype=self.leaf_dtype, general_rules=_general(problem))
         num_warmup, num_samples, thin = int(self.num_warmup), int(self.num_samples), int(self.thin)
         num_iterations = num_warmup + num_samples * thin
@@ -147,21 +152,22 @@ def _general(problem: BARTProblem) -> bool:
     return td.level_masks is not None or td.missing_code is not None
 
 
+@accepts_renamed("n_trees")
 class BARTRegressor(RegressorMixin, _BARTEstimator):
     """Bayesian additive regression trees (Chipman, George & McCulloch 2010).
 
-    ``y = sum of n_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
+    ``y = sum of num_trees trees + N(0, sigma2)`` sampled by Bayesian backfitting with one update per
     tree and sweep by ``tree_sampler`` (:mod:`bdtree_jax.kernels.bart`).
 
     Parameters
     ----------
-    n_trees : int, default 200
+    num_trees : int, default 200
     tree_sampler : {"grow-prune", "cgm", "pg"}, default "grow-prune"
         One Metropolis–Hastings grow/prune proposal per tree, one CGM98 grow/prune/change/swap
         proposal, or one Particle Gibbs sweep (``num_particles``; Lakshminarayanan et al. 2015).
     num_warmup, num_samples, num_chains : int, default 250, 500, 2
         Sweeps discarded and kept per chain, independent chains.  Memory of the kept trees:
-        about ``n_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (101 KB at the defaults).
+        about ``num_trees * (2**(max_depth+1) - 1) * 8`` bytes per draw (101 KB at the defaults).
     seed : int, default 0
     max_depth : int, default 5
         Truncation of the tree prior (a node at this depth is a leaf; 5 is bartz's default, whose
@@ -170,7 +176,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     alpha, beta : float, default 0.95, 2.0
         Split probability ``alpha (1 + depth)**-beta``.
     k : float, default 2.0
-        Leaf prior sd ``0.5 / (k sqrt(n_trees))`` on ``y`` rescaled to [-0.5, 0.5].
+        Leaf prior sd ``0.5 / (k sqrt(num_trees))`` on ``y`` rescaled to [-0.5, 0.5].
     nu, q : float, default 3.0, 0.9
         ``sigma2 ~ nu lam / chi2_nu`` with ``P(sigma < sigma_hat) = q``, ``sigma_hat`` the residual
         sd of a linear regression of ``y`` on ``X``.
@@ -222,7 +228,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
     def __init__(
         self,
-        n_trees: int = 200,
+        num_trees: int = 200,
         tree_sampler: str = "grow-prune",
         *,
         num_warmup: int = 250,
@@ -270,22 +276,23 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         return self.posterior_.predict_interval(X, prob=prob, predictive=predictive, seed=int(self.seed))
 
 
+@accepts_renamed("n_trees")
 class BARTClassifier(ClassifierMixin, _BARTEstimator):
     """Binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's ``outcome_type="binary"``).
 
-    ``P(y = classes_[1] | x) = Phi(offset + sum of n_trees trees)``, sampled with Albert–Chib
+    ``P(y = classes_[1] | x) = Phi(offset + sum of num_trees trees)``, sampled with Albert–Chib
     latents: every sweep draws ``z_i ~ N(f(x_i), 1)`` truncated to the side of 0 given by ``y_i``,
     then backfits the trees on ``z - offset`` as :class:`BARTRegressor` does with ``sigma = 1``
     (:mod:`bdtree_jax.kernels.bart`).
 
     Parameters
     ----------
-    n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
+    num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
     num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin, leaf_dtype,
     categorical_features, missing
         As :class:`BARTRegressor`.
     k : float, default 2.0
-        Leaf prior sd ``3 / (k sqrt(n_trees))`` on the probit scale (Chipman et al. 2010's
+        Leaf prior sd ``3 / (k sqrt(num_trees))`` on the probit scale (Chipman et al. 2010's
         binary default: the sum of trees has prior sd ``3 / k``).
     offset : float or None, default None
         Latent mean at which the trees start; None: ``Phi^-1(mean(y == classes_[1]))`` (bartz's
@@ -301,7 +308,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
 
     def __init__(
         self,
-        n_trees: int = 200,
+        num_trees: int = 200,
         tree_sampler: str = "grow-prune",
         *,
         num_warmup: int = 250,

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._renamed import RENAMED, renamed
 from ..api import PRIOR_OPTIONS
 from ..diagnostics import check_convergence
 from ..methods import Method, RunOptions, from_flat, method_from_name
@@ -28,8 +29,9 @@ __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor"]
 
 #: The run's options the estimators take (``devices`` is left to :func:`~bdtree_jax.sample`).
 _RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name != "devices")
-#: The deprecated flat keywords: every method option and the tempering options.
+#: The deprecated flat keywords: every method option and the tempering options (and their earlier names).
 _DEPRECATED = tuple(method_options()) + TEMPERING_OPTIONS
+_DEPRECATED += tuple(old for old, new in RENAMED.items() if new in _DEPRECATED)
 
 
 def _store(estimator, params: dict) -> None:
@@ -76,13 +78,14 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
     def set_params(self, **params):
         """Set parameters; ``method__<option>`` replaces that option of the method (a frozen
         object: ``dataclasses.replace``; a name becomes its default object first)."""
+        where = f"{type(self).__name__}.set_params: "
         nested = {k.partition("__")[2]: params.pop(k) for k in list(params) if k.startswith("method__")}
+        nested = renamed(nested, where=where)
         # a keyword that is not a parameter goes with the deprecated ones (checked by fit)
         flat = {k: params.pop(k) for k in list(params) if "__" not in k and k not in self._get_param_names()}
         super().set_params(**params)
         self._deprecated = {**getattr(self, "_deprecated", {}), **flat}
         if nested:
-            where = f"{type(self).__name__}.set_params: "
             try:
                 self.method = dataclasses.replace(method_from_name(self.method, where), **nested)
             except TypeError as e:
@@ -98,7 +101,7 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
         method, flat_tempering, prior_options, moved = from_flat(self.method, flat, where=where)
         warn_deprecated(moved, stacklevel=4)
         if flat_tempering is not None and self.tempering is not None:
-            raise ValueError(f"{where}give tempering= or n_temperatures=/delta_t=, not both.")
+            raise ValueError(f"{where}give tempering= or num_temperatures=/delta_t=, not both.")
         try:
             prior = TreePrior(**prior_options)
             options = RunOptions(**{k: getattr(self, k) for k in _RUN_OPTIONS})
@@ -165,7 +168,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         refused.  Categorical features and missing cells need ``method="cgm"`` for now.
     **deprecated
         The flat method keywords of earlier versions (``proposal=``, ``num_particles=``,
-        ``n_temperatures=`` ...: :func:`~bdtree_jax.methods.from_flat`); ``fit`` maps them onto the
+        ``num_temperatures=`` ...: :func:`~bdtree_jax.methods.from_flat`); ``fit`` maps them onto the
         method and warns ``DeprecationWarning`` with the new spelling.
 
     Attributes

@@ -166,7 +166,7 @@ def estimate_run(method, problem, options, n_rungs: int = 1) -> list[Part]:
     devices = _devices(options)
     per_device = math.ceil(chains / max(1, len(devices)))
     on_cpu = devices[0].platform == "cpu"
-    vectorized = options.chain_method == "vectorized" or (options.chain_method is None and not on_cpu)
+    vectorized = options.chain_method == "vmap" or (options.chain_method is None and not on_cpu)
     # device parts are per device on an accelerator; on CPU every device shares the host's memory
     sharing = min(chains, len(devices)) if on_cpu else 1
     at_once = (per_device if vectorized else 1) * sharing  # chains whose step temporaries coexist
@@ -186,11 +186,11 @@ def estimate_run(method, problem, options, n_rungs: int = 1) -> list[Part]:
                           3 * per_device * sharing * block * per_draw, ("block_size", "num_chains", "max_depth"), True))
         particles = getattr(method, "num_particles", 0) if name == "pg" else 0
         parts.append(Part(f"chain states ({chains} chains x {n_rungs} rungs)", per_device * sharing * n_rungs * state,
-                          ("num_chains", "n_temperatures") + depth_rows, True))
+                          ("num_chains", "num_temperatures") + depth_rows, True))
         if particles:
             parts.append(Part(f"particles ({at_once} chains x {n_rungs} rungs x {particles} particles, twice "
                               "around resampling)", 2 * at_once * n_rungs * particles * state,
-                              ("num_particles", "n_temperatures") + depth_rows, True))
+                              ("num_particles", "num_temperatures") + depth_rows, True))
         parts.append(Part(f"step temporaries ({at_once} chains x {n_rungs} rungs at once)",
                           at_once * n_rungs * max(1, particles) * step, depth_rows + ("num_particles",), True))
     elif name == "smc":
@@ -233,7 +233,7 @@ def estimate_bart(config, problem, num_chains: int, num_warmup: int, num_samples
                   devices=None) -> list[Part]:
     """The parts of a BART run's peak memory (:func:`estimate_run`'s for
     :class:`~bdtree_jax.kernels.bart.BARTConfig` ``config`` and a
-    :class:`~bdtree_jax.problem.BARTProblem`): per recorded sweep ``n_trees`` padded trees and
+    :class:`~bdtree_jax.problem.BARTProblem`): per recorded sweep ``num_trees`` padded trees and
     their leaf values; per chain every tree's state (node statistics and bounds, its rows' leaf
     slots as uint8 or int16), the leaf values and the fit."""
     n, n_features = problem.train_bins.shape
@@ -250,18 +250,18 @@ def estimate_bart(config, problem, num_chains: int, num_warmup: int, num_samples
     state = trees * (slots * (9 + 4 * 3 + 8 * n_features + 5) + leaf_slot * n) + 8 * n
     step = trees * slots * 4 * 4 * n_features + 16 * 16 * n  # a tree's proposal tables, a batch of row masks
     recorded = num_warmup + num_samples
-    drivers = ("num_samples", "num_chains", "n_trees", "max_depth", "num_warmup")
+    drivers = ("num_samples", "num_chains", "num_trees", "max_depth", "num_warmup")
     return sorted([
         Part(f"recorded trace ({num_chains} chains x {recorded:,} sweeps x {per_draw:,} bytes per draw)",
              num_chains * recorded * per_draw, drivers, False),
         Part(f"the posterior's copy of the kept draws ({num_chains} x {num_samples:,} draws)",
              num_chains * num_samples * per_draw, drivers[:4], False),
         Part(f"trace buffers of the compiled blocks ({block_size} sweeps each)",
-             3 * per_device * sharing * block_size * per_draw, ("n_trees", "max_depth", "num_chains"), True),
+             3 * per_device * sharing * block_size * per_draw, ("num_trees", "max_depth", "num_chains"), True),
         Part(f"chain states ({num_chains} chains x {trees} trees)", per_device * sharing * state,
-             ("n_trees", "rows", "num_chains", "max_depth"), True),
+             ("num_trees", "rows", "num_chains", "max_depth"), True),
         Part("step temporaries", (per_device if not on_cpu and config.incremental is False else 1) * sharing * step,
-             ("n_trees", "rows", "max_depth"), True),
+             ("num_trees", "rows", "max_depth"), True),
         *_data_parts(problem, sharing),
     ], key=lambda p: -p.nbytes)
 
@@ -330,7 +330,7 @@ def available_bytes(devices=None) -> tuple[int | None, int | None]:
 def _values(method, problem, options, n_rungs) -> dict:
     return dict(max_depth=problem.prior.max_depth, num_chains=options.num_chains, num_samples=options.num_samples,
                 num_warmup=options.num_warmup, rows=problem.data.bins.shape[0], block_size=options.block_size,
-                num_particles=getattr(method, "num_particles", None), n_temperatures=n_rungs)
+                num_particles=getattr(method, "num_particles", None), num_temperatures=n_rungs)
 
 
 def _disabled() -> bool:
@@ -355,7 +355,7 @@ def check_bart(config, problem, num_chains: int, num_warmup: int, num_samples: i
         return
     parts = estimate_bart(config, problem, num_chains, num_warmup, num_samples, block_size)
     values = dict(max_depth=config.max_depth, num_chains=num_chains, num_samples=num_samples, num_warmup=num_warmup,
-                  rows=problem.train_bins.shape[0], n_trees=config.n_trees)
+                  rows=problem.train_bins.shape[0], num_trees=config.n_trees)
     _compare(parts, values, COMPILE_BYTES.get("bart", COMPILE_BYTES["*"]), jax.devices(), where)
 
 
@@ -378,7 +378,7 @@ def _compare(parts: list, values: dict, compiling: int, devices, where: str) -> 
     lines = "; ".join(f"{p.what}: {format_bytes(p.nbytes * XLA_FACTOR)}" for p in top)
     drivers = list(dict.fromkeys(d for p in top for d in p.drivers if values.get(d) is not None))
     named = ", ".join(f"{d}={values[d]}" for d in drivers)
-    advice = [d for d in drivers if d not in ("rows", "n_temperatures")]
+    advice = [d for d in drivers if d not in ("rows", "num_temperatures")]
     hint = " or ".join(advice) if advice else "the number of rows"
     raise ValueError(
         f"{where}this run needs about {format_bytes(need)} (estimated before compiling) and {format_bytes(have)} of "

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._renamed import CHAIN_METHODS_RENAMED, accepts_renamed, renamed_value
 from ..driver import BLOCK_SIZE, CHAIN_METHODS, check_rows, plan_chains, run_chains
 from ..features import check_supported
 from ..kernels import tempering as tempering_kernel
@@ -74,9 +75,12 @@ class RunOptions:
         :data:`~bdtree_jax.driver.BLOCK_SIZE`).
     devices : sequence of JAX devices or None
         Devices to spread the chains over (default: all; :func:`~bdtree_jax.driver.chain_devices`).
-    chain_method : "sequential", "vectorized" or None
-        How the chains of one device run: looped with ``lax.map`` (the default on CPU) or
-        ``vmap``-ped (the default on accelerators).  Decided once per run
+    chain_method : "loop", "vmap" or None
+        How the chains of one device run: one after another in one compiled program
+        (``lax.map``; the default on CPU) or batched (``vmap``; the default on accelerators).  The
+        chains are spread over ``devices`` either way, so there is no NumPyro ``"parallel"``;
+        NumPyro's ``"sequential"`` and ``"vectorized"`` (this option's earlier names, still taken
+        with a ``DeprecationWarning``) run every chain on one device.  Decided once per run
         (:func:`~bdtree_jax.driver.plan_chains`); the kernels are built for it.
     data_shards : int >= 1, default 1
         Split every chain's training rows over this many devices (MCMC methods), so one chain's
@@ -113,12 +117,15 @@ class RunOptions:
             check_integer("block_size", self.block_size, 1)
         check_seed(self.seed)
         check_checkpoint(self.checkpoint)
+        object.__setattr__(self, "chain_method", renamed_value("chain_method", self.chain_method,
+                                                               CHAIN_METHODS_RENAMED, stacklevel=3))
         if self.chain_method is not None and self.chain_method not in CHAIN_METHODS:
             raise ValueError(f"chain_method must be one of {CHAIN_METHODS} or None; got {self.chain_method!r}.")
         if self.devices is not None:
             object.__setattr__(self, "devices", tuple(self.devices))
 
 
+@accepts_renamed("n_temperatures")
 @dataclass(frozen=True)
 class Tempering:
     """Metropolis-coupled MCMC (:mod:`~bdtree_jax.kernels.tempering`) for the methods that
@@ -126,7 +133,7 @@ class Tempering:
 
     Parameters
     ----------
-    n_temperatures : int >= 1, default 1
+    num_temperatures : int >= 1, default 1
         Rungs of the ladder; 1 turns tempering off.
     delta_t : float > 0, default 0.2
         Rung ``i`` has the inverse temperature ``1 / (1 + delta_t * i)`` (MrBayes' ladder) and
@@ -134,16 +141,17 @@ class Tempering:
         iteration and only the cold rung (beta = 1) is recorded.
     """
 
-    n_temperatures: int = 1
+    num_temperatures: int = 1
     delta_t: float = 0.2
 
     def __post_init__(self):
-        tempering_kernel.ladder(self.n_temperatures, self.delta_t)  # validates both
+        check_integer("num_temperatures", self.num_temperatures, 1)
+        tempering_kernel.ladder(self.num_temperatures, self.delta_t)  # validates delta_t
 
     @property
     def betas(self) -> tuple:
-        """The inverse temperatures, ``(n_temperatures,)`` floats, the first 1."""
-        return tempering_kernel.ladder(self.n_temperatures, self.delta_t)
+        """The inverse temperatures, ``(num_temperatures,)`` floats, the first 1."""
+        return tempering_kernel.ladder(self.num_temperatures, self.delta_t)
 
 
 class Kernel(NamedTuple):
@@ -161,11 +169,11 @@ class Kernel(NamedTuple):
 
 def with_tempering(algorithm, betas: tuple, chain_method: str):
     """``algorithm`` over the ladder ``betas`` (itself for one rung), its rungs ``vmap``-ped when
-    the chains are (``chain_method="vectorized"``) and looped otherwise: the one place a kernel
+    the chains are (``chain_method="vmap"``) and looped otherwise: the one place a kernel
     reads how chains share a device."""
     if len(betas) == 1:
         return algorithm
-    return tempering_kernel.tempered(algorithm, tuple(betas), vectorized=chain_method == "vectorized")
+    return tempering_kernel.tempered(algorithm, tuple(betas), vectorized=chain_method == "vmap")
 
 
 @dataclass(frozen=True)
@@ -244,7 +252,7 @@ class Method:
         tempering = Tempering() if tempering is None else tempering
         if not isinstance(tempering, Tempering):
             raise ValueError(f"{where}tempering must be a bd.Tempering or None; got {tempering!r}.")
-        if tempering.n_temperatures > 1 and not self.tempers:
+        if tempering.num_temperatures > 1 and not self.tempers:
             raise ValueError(f"{where}tempering applies to MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
                              f"method={self.name!r} does not use it.")
         self.check(problem, where)

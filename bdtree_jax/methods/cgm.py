@@ -145,7 +145,7 @@ class CGM(MCMCMethod):
             return Kernel(edit_data, (config, self.proposal, betas), algorithm)
         config = cgm_kernel.CGMConfig.from_prior(
             prior, self.move_probs, n_features=data.bins.shape[1], n_cuts=int(problem.grid.n_cuts.max()),
-            incremental=chain_method == "sequential", general_rules=general,
+            incremental=chain_method == "loop", general_rules=general,
         )
         regrow_config = regrow_kernel.RegrowConfig(config.max_depth, config.min_leaf_size, config.trace_dtypes)
         if self.proposal == "cgm+perturb":

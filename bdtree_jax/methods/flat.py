@@ -1,7 +1,7 @@
 """Methods by name, and the flat keywords of earlier versions mapped onto method objects.
 
 Before method objects, a method's options were keywords of :func:`~bdtree_jax.sample` and of the
-estimators (``proposal=``, ``num_particles=``, ``n_temperatures=`` ...).  :func:`from_flat` maps
+estimators (``proposal=``, ``num_particles=``, ``num_temperatures=`` ...).  :func:`from_flat` maps
 them onto the method's object and a :class:`~bdtree_jax.methods.Tempering`; every option is a field
 of its method's class, so the table of keywords is the classes' fields (one source of truth).
 """
@@ -9,9 +9,9 @@ of its method's class, so the table of keywords is the classes' fields (one sour
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from functools import partial
 
+from .._renamed import RENAMED, warn_renamed
 from .base import Method, Tempering
 from .cgm import CGM
 from .pcfg import PCFG
@@ -77,9 +77,10 @@ def from_flat(method, options: dict, *, where: str = ""):
     Parameters
     ----------
     method : a name of :data:`METHODS` or a :class:`Method`.
-    options : dict of keywords: method options (``proposal``, ``num_particles``, ``n_local`` ...:
-        the fields of the method classes), tempering options (``n_temperatures``, ``delta_t``)
-        and anything else (prior, likelihood or run options, returned untouched).  A method
+    options : dict of keywords: method options (``proposal``, ``num_particles``,
+        ``num_local_steps`` ...: the fields of the method classes, or their earlier names of
+        :data:`~bdtree_jax._renamed.RENAMED`), tempering options (``num_temperatures``,
+        ``delta_t``) and anything else (prior, likelihood or run options, returned untouched).  A method
         option of another method raises a ``ValueError`` naming it and the method, unless it is
         None or every owner's default (a config that spells out defaults stays valid).  With
         ``method="pcfg"``, ``max_depth=None`` becomes ``PCFG(unbounded=True)``.
@@ -91,13 +92,20 @@ def from_flat(method, options: dict, *, where: str = ""):
     tempering : Tempering, or None when no tempering option was given.
     rest : dict of the options that are not a method's or tempering's.
     moved : list of ``(keyword, new spelling)`` for every option mapped, e.g.
-        ``("proposal", "method=bd.CGM(proposal='regrow')")``.
+        ``("proposal", "method=bd.CGM(proposal='regrow')")`` (an earlier name: ``("n_local",
+        "method=bd.WU(num_local_steps=5)")``).
     """
     base = method_from_name(method, where)
     own = {f.name for f in dataclasses.fields(base)} - {"kind"}
     owners = method_options()
     chosen, temper, rest, moved = {}, {}, {}, []
-    for key, value in options.items():
+    given = {}  # {option: the keyword it was given as}
+    for old, value in options.items():
+        new = RENAMED.get(old)
+        key = new if new in owners or new in TEMPERING_OPTIONS else old
+        if key in given:
+            raise ValueError(f"{where}give {key}= or its deprecated spelling {given[key]}=, not both.")
+        given[key] = old
         if key in TEMPERING_OPTIONS:
             default = getattr(Tempering(), key)
             if base.tempers:
@@ -120,8 +128,8 @@ def from_flat(method, options: dict, *, where: str = ""):
         tempering = Tempering(**{k: v for k, v in temper.items() if v is not None}) if temper else None
     except (ValueError, TypeError) as e:
         raise ValueError(where + str(e)) from None
-    moved += [("max_depth" if k == "unbounded" else k, _spelling(method, k, v)) for k, v in chosen.items()]
-    moved += [(k, f"tempering=bd.Tempering({k}={v!r})") for k, v in temper.items()]
+    moved += [("max_depth" if k == "unbounded" else given[k], _spelling(method, k, v)) for k, v in chosen.items()]
+    moved += [(given[k], f"tempering=bd.Tempering({k}={v!r})") for k, v in temper.items()]
     return method, tempering, rest, moved
 
 
@@ -135,4 +143,4 @@ def _is_default(value, default) -> bool:
 def warn_deprecated(moved: list, stacklevel: int = 3) -> None:
     """One ``DeprecationWarning`` per ``(keyword, new spelling)`` of :func:`from_flat`'s ``moved``."""
     for keyword, spelling in moved:
-        warnings.warn(f"{keyword}= is deprecated; use {spelling}", DeprecationWarning, stacklevel=stacklevel)
+        warn_renamed(f"{keyword}=", spelling, stacklevel=stacklevel)

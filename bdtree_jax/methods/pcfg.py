@@ -14,11 +14,13 @@ from ..driver import run_independent
 from ..pcfg import build_grammar, code_mixed_features, sample_trees
 from ..pcfg.mixed import check_levels
 from ..priors import TreePrior
+from .._renamed import accepts_renamed
 from .base import Method, independent_stats
 
 __all__ = ["PCFG"]
 
 
+@accepts_renamed("n_buckets")
 @dataclass(frozen=True)
 class PCFG(Method):
     """BCART-PCFG (:mod:`~bdtree_jax.pcfg`): the box grammar of the data is built once by dynamic
@@ -40,7 +42,7 @@ class PCFG(Method):
     ----------
     log_phi : float, default 2.0
         ``log φ`` of the prior (the paper's default 2).
-    n_buckets : None, int >= 2 or one such int per feature
+    num_buckets : None, int >= 2 or one such int per feature
         Features with more distinct values are cut into that many equal-width buckets before the
         boxes are enumerated (the paper: 10); None: one code per distinct value.  Categorical
         features are never bucketed.
@@ -50,7 +52,7 @@ class PCFG(Method):
     """
 
     log_phi: float = 2.0
-    n_buckets: int | tuple | None = None
+    num_buckets: int | tuple | None = None
     unbounded: bool = False
 
     name: ClassVar[str] = "pcfg"
@@ -60,11 +62,11 @@ class PCFG(Method):
     def __post_init__(self):
         if not (isinstance(self.log_phi, (int, float, np.floating)) and np.isfinite(self.log_phi)):
             raise ValueError(f"log_phi must be a finite number; got {self.log_phi!r}.")
-        nb = self.n_buckets
+        nb = self.num_buckets
         if nb is not None:
             every = [nb] if np.isscalar(nb) else list(nb)
             if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 2 for b in every):
-                raise ValueError(f"n_buckets must be None, an integer >= 2 or one such integer per feature; got {nb!r}.")
+                raise ValueError(f"num_buckets must be None, an integer >= 2 or one such integer per feature; got {nb!r}.")
         if not isinstance(self.unbounded, (bool, np.bool_)):
             raise ValueError(f"unbounded must be True or False; got {self.unbounded!r}.")
 
@@ -75,19 +77,19 @@ class PCFG(Method):
                              "it at 1.")
         if problem.grid.level_count is not None:
             check_levels(problem.grid.level_count, problem.names, where)
-        nb = self.n_buckets
+        nb = self.num_buckets
         if nb is not None and not np.isscalar(nb) and len(nb) != problem.n_features:
-            raise ValueError(f"{where}n_buckets has {len(nb)} entries; X has {problem.n_features} features.")
+            raise ValueError(f"{where}num_buckets has {len(nb)} entries; X has {problem.n_features} features.")
 
     def run(self, problem, options=None, tempering=None, *, where=""):
         options, _ = self._start(problem, options, tempering, where)
         max_depth = None if self.unbounded else problem.prior.max_depth
         grid, mixed = problem.grid, problem.grid.missing_code is not None
         if mixed:  # categorical features or missing cells: level partitions and missing-value bits
-            codes, boundary_cut = code_mixed_features(problem.X, grid.categorical, self.n_buckets)
+            codes, boundary_cut = code_mixed_features(problem.X, grid.categorical, self.num_buckets)
             extra = dict(categorical=grid.categorical, level_count=grid.level_count)
         else:
-            codes, boundary_cut = code_features(problem.X, self.n_buckets)
+            codes, boundary_cut = code_features(problem.X, self.num_buckets)
             extra = {}
         t0 = time.perf_counter()
         grammar = build_grammar(codes, problem.train_stats, problem.likelihood, log_phi=float(self.log_phi),
@@ -107,7 +109,7 @@ class PCFG(Method):
         fields = dict(problem.posterior_fields(), prior=TreePrior(max_depth=grammar.heap_depth))
         info = dict(seed=options.seed, num_samples=num_samples, seconds=time.perf_counter() - t0,
                     seconds_grammar=seconds_grammar, n_boxes=grammar.n_boxes, log_phi=float(self.log_phi),
-                    max_depth=max_depth, n_buckets=self.n_buckets)
+                    max_depth=max_depth, num_buckets=self.num_buckets)
         from ..posterior import PCFGPosterior
 
         return PCFGPosterior(trees=trees, stats=stats, warmup_stats=warm, method=self.name, info=info, grammar=grammar,

@@ -14,11 +14,13 @@ from ..driver import run_independent
 from ..kernels import smc as smc_kernel, smc_general
 from ..priors.categorical import general_rules
 
+from .._renamed import accepts_renamed
 from .base import Method, independent_stats
 
 __all__ = ["SMC"]
 
 
+@accepts_renamed("n_islands")
 @dataclass(frozen=True)
 class SMC(Method):
     """Top-down particle filtering on the CGM98 prior (:mod:`~bdtree_jax.kernels.smc`).
@@ -32,7 +34,7 @@ class SMC(Method):
     ----------
     num_particles : int >= 1, default 100
         Particles per run.
-    n_islands : int >= 1 dividing ``num_particles``, default 1
+    num_islands : int >= 1 dividing ``num_particles``, default 1
         Independent particle systems, each resampling on its own.
     proposal : {"prior", "posterior"}, default "prior"
         How a particle decides its next node: from the prior, or the one-step-optimal proposal.
@@ -49,7 +51,7 @@ class SMC(Method):
     """
 
     num_particles: int = 100
-    n_islands: int = 1
+    num_islands: int = 1
     proposal: str = "prior"
     grow: str = "next"
     resampling: str = "multinomial"
@@ -60,13 +62,18 @@ class SMC(Method):
 
     def __post_init__(self):
         smc_kernel.check_options(self.num_particles, self.proposal, self.ess_threshold, self.resampling,
-                                 grow=self.grow, n_islands=self.n_islands)
+                                 grow=self.grow)
+        islands = self.num_islands
+        if not isinstance(islands, (int, np.integer)) or isinstance(islands, bool) or islands < 1 \
+                or self.num_particles % islands:
+            raise ValueError(f"num_islands must be an integer >= 1 dividing num_particles={self.num_particles}; "
+                             f"got {islands!r}.")
 
     def run(self, problem, options=None, tempering=None, *, where=""):
         options, _ = self._start(problem, options, tempering, where)
         prior = problem.prior
         config = smc_kernel.SMCConfig(prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal,
-                                      float(self.ess_threshold), self.resampling, self.grow, int(self.n_islands))
+                                      float(self.ess_threshold), self.resampling, self.grow, int(self.num_islands))
         n_bins = int(problem.grid.n_cuts.max()) + 1
         if general_rules(problem.data):
             smc_general.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,

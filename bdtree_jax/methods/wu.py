@@ -7,17 +7,19 @@ from typing import ClassVar
 
 from ..kernels import cgm as cgm_kernel, wu as wu_kernel, wu_general
 from ..priors.categorical import check_general_rules, general_rules
+from .._renamed import accepts_renamed
 from .base import Kernel, MCMCMethod, check_integer, with_tempering
 from .cgm import CGM_MOVE_PROBS
 
 __all__ = ["WU"]
 
 
+@accepts_renamed("n_local")
 @dataclass(frozen=True)
 class WU(MCMCMethod):
-    """Wu, Tjelmeland & West (2007) (:mod:`~bdtree_jax.kernels.wu`): per iteration ``n_local``
-    CGM steps, one restructure move that redraws the tree over its fixed leaf partition, and
-    ``n_local`` CGM steps.  Samples the CGM98 and the pinball structure priors.  With
+    """Wu, Tjelmeland & West (2007) (:mod:`~bdtree_jax.kernels.wu`): per iteration
+    ``num_local_steps`` CGM steps, one restructure move that redraws the tree over its fixed leaf partition, and
+    ``num_local_steps`` CGM steps.  Samples the CGM98 and the pinball structure priors.  With
     categorical features or missing values (docs/categorical-missing.md) the local steps are the
     general-rule CGM chain and the restructure the Metropolis–Hastings move over the rules that
     keep every leaf group on one side (:mod:`~bdtree_jax.kernels.wu_general`; CGM98 prior only,
@@ -25,7 +27,7 @@ class WU(MCMCMethod):
 
     Parameters
     ----------
-    n_local : int >= 1, default 25
+    num_local_steps : int >= 1, default 25
         CGM steps before and after each restructure (the paper's protocol: 25).
     restructure : {"auto", "pi", "gibbs"}, default "auto"
         "auto": the exact fibre-Gibbs draw (always accepted) when the tree has at most
@@ -38,7 +40,7 @@ class WU(MCMCMethod):
         The local CGM steps' (grow, prune, change, swap) probabilities.
     """
 
-    n_local: int = 25
+    num_local_steps: int = 25
     restructure: str = "auto"
     max_groups: int = 10
     move_probs: tuple = CGM_MOVE_PROBS
@@ -47,7 +49,7 @@ class WU(MCMCMethod):
     structures: ClassVar[tuple] = ("cgm", "pinball")
 
     def __post_init__(self):
-        check_integer("n_local", self.n_local, 1)
+        check_integer("num_local_steps", self.num_local_steps, 1)
         wu_kernel.check_restructure(self.restructure, self.max_groups, 1)
         cgm_kernel.CGMConfig(1, 1, self.move_probs)  # validates move_probs
         object.__setattr__(self, "move_probs", tuple(self.move_probs))
@@ -65,10 +67,10 @@ class WU(MCMCMethod):
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         config = cgm_kernel.CGMConfig.from_prior(
             problem.prior, self.move_probs, n_features=problem.data.bins.shape[1],
-            n_cuts=int(problem.grid.n_cuts.max()), incremental=chain_method == "sequential",
+            n_cuts=int(problem.grid.n_cuts.max()), incremental=chain_method == "loop",
             general_rules=general_rules(problem.data),
         )
-        wu_config = wu_kernel.WUConfig(config, int(self.n_local), restructure=self.restructure,
+        wu_config = wu_kernel.WUConfig(config, int(self.num_local_steps), restructure=self.restructure,
                                        max_groups=self.max_groups)
         algorithm = with_tempering(
             (wu_general.wu_general if wu_config.cgm_config.general_rules else wu_kernel.wu)(wu_config), betas,

@@ -42,6 +42,7 @@ import numpyro
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import Transform, biject_to
 
+from .._renamed import accepts_renamed
 from ..data import check_X
 from ..kernels import bart as bart_kernel
 from ..priors import TreePrior
@@ -414,7 +415,8 @@ def _record_summaries(name: str, features) -> None:
     numpyro.deterministic(f"{name}_depth", depth)
 
 
-def bart(name: str, X, *, n_trees: int = 200, y=None, offset: float | None = None, scale: float | None = None,
+@accepts_renamed("n_trees")
+def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = None, scale: float | None = None,
          k: float = 2.0, max_depth: int = 5, alpha: float = 0.95, beta: float = 2.0, split_prior: str = "uniform",
          min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors"):
     """A sum-of-trees function ``f(X) = offset + sum_m g(X; T_m, mu_m)`` declared in a NumPyro
@@ -424,7 +426,7 @@ def bart(name: str, X, *, n_trees: int = 200, y=None, offset: float | None = Non
     probability ``alpha (1 + d)**-beta`` up to ``max_depth``, a rule's feature and cut uniform
     among those its ancestors' rules leave (``valid_cuts="ancestors"``; ``"data"``: CGM98's cuts
     that split the node's rows), cuts on ``max_cuts`` quantiles of each feature, leaf values
-    ``N(0, tau2)`` with ``tau = scale / (2 k sqrt(n_trees))``: the function's prior sd is
+    ``N(0, tau2)`` with ``tau = scale / (2 k sqrt(num_trees))``: the function's prior sd is
     ``scale / (2 k)`` around ``offset``.  Given ``y`` (the response the function is meant to
     describe), ``offset`` and ``scale`` default to its midrange and range (BART's calibration);
     otherwise to 0 and 1 (a function on the log scale of a rate or of a standard deviation, say).
@@ -435,15 +437,15 @@ def bart(name: str, X, *, n_trees: int = 200, y=None, offset: float | None = Non
     (``y=None``) gives the fitted function at any rows, one row included; ``y``, ``offset`` and
     ``scale`` matter for prior draws and for ``TreeGibbs``.
 
-    Sites: ``{name}_trees`` (n_trees, N, 7) the packed trees (module docstring); deterministic
-    ``name`` (n,) the values, ``{name}_n_leaves`` and ``{name}_depth`` (n_trees,) per tree.
+    Sites: ``{name}_trees`` (num_trees, N, 7) the packed trees (module docstring); deterministic
+    ``name`` (n,) the values, ``{name}_n_leaves`` and ``{name}_depth`` (num_trees,) per tree.
     Update them with :class:`~bdtree_jax.numpyro.TreeGibbs`.  ``X`` (n, F): numeric inputs
     without missing values, a concrete array (rows are routed by exact float64 comparisons with
     the thresholds, as the fit's bins sort them).
     """
     where = f"bart({name!r})"
-    if not _is_int(n_trees) or n_trees < 1:
-        raise ValueError(f"{where}: n_trees must be an integer >= 1; got {n_trees!r}.")
+    if not _is_int(num_trees) or num_trees < 1:
+        raise ValueError(f"{where}: num_trees must be an integer >= 1; got {num_trees!r}.")
     k = _number(k, "k", where, positive=True)
     if y is not None:
         y = np.asarray(y, float).ravel()
@@ -453,8 +455,8 @@ def bart(name: str, X, *, n_trees: int = 200, y=None, offset: float | None = Non
         scale = y.max() - y.min() if scale is None else scale
     offset = _number(0.0 if offset is None else offset, "offset", where)
     scale = _number(1.0 if scale is None else scale, "scale", where, positive=True)
-    tau2 = (scale / (2.0 * k * np.sqrt(n_trees))) ** 2
-    spec = _spec("bart", name, X, n_trees=n_trees, tau2=tau2, offset=offset, leaf_values=True,
+    tau2 = (scale / (2.0 * k * np.sqrt(num_trees))) ** 2
+    spec = _spec("bart", name, X, n_trees=num_trees, tau2=tau2, offset=offset, leaf_values=True,
                  tree_sampler="grow-prune", max_depth=max_depth, alpha=alpha, beta=beta, split_prior=split_prior,
                  min_leaf_size=min_leaf_size, max_cuts=max_cuts, valid_cuts=valid_cuts)
     value = numpyro.sample(spec.trees_site, HardTreePrior(spec))

@@ -406,7 +406,7 @@ def build_box_grammar(
             raise ValueError(
                 f"{where}expanding depth {level + 1} of the tree space needs about {need / 2**30:.1f} GiB "
                 f"({n_boxes:,} boxes so far, {v:,} splits to follow; n={n}, {F} features, {K} split candidates), "
-                f"over the max_bytes={max_bytes / 2**30:.1f} GiB allowed. Bucket the features (n_buckets=, "
+                f"over the max_bytes={max_bytes / 2**30:.1f} GiB allowed. Bucket the features (num_buckets=, "
                 "e.g. 10 or 5) or bound the depth (max_depth=)."
             )
         if grid is not None:  # one lookup per child
@@ -430,7 +430,7 @@ def build_box_grammar(
             raise ValueError(
                 f"{where}the tree space has more than max_boxes={max_boxes:,} distinct boxes (row sets) "
                 f"already at depth {level + 1} (n={n}, {F} features, {K} split candidates; upper bound "
-                f"{estimate_boxes(codes, max_depth):.3g}). Bucket the features (n_buckets=, e.g. 10 or 5), "
+                f"{estimate_boxes(codes, max_depth):.3g}). Bucket the features (num_buckets=, e.g. 10 or 5), "
                 f"bound the depth (max_depth=) or raise max_boxes if memory allows (about {per_box} bytes "
                 "per box)."
             )

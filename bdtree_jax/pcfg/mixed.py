@@ -223,7 +223,7 @@ def build_mixed_grammar(codes, point_stats, likelihood, *, categorical=None, lev
             raise ValueError(
                 f"{where}expanding depth {level + 1} of the tree space needs about {need / 2**30:.1f} GiB "
                 f"({n_boxes:,} boxes so far, {v:,} splits to follow; n={n}, {F} features, {K} rule variants), over "
-                f"the max_bytes={max_bytes / 2**30:.1f} GiB allowed. Bucket the ordered features (n_buckets=, e.g. 5), "
+                f"the max_bytes={max_bytes / 2**30:.1f} GiB allowed. Bucket the ordered features (num_buckets=, e.g. 5), "
                 "bound the depth (max_depth=) or one-hot encode categorical features with many levels.")
         s_i, k_i = np.nonzero(splits)
         rows = np.concatenate(rows_all)[frontier[s_i]]
@@ -237,7 +237,7 @@ def build_mixed_grammar(codes, point_stats, likelihood, *, categorical=None, lev
             raise ValueError(
                 f"{where}the tree space has more than max_boxes={max_boxes:,} distinct boxes (row sets) already at "
                 f"depth {level + 1} (n={n}, {F} features, {K} rule variants). Bucket the ordered features "
-                f"(n_buckets=, e.g. 5), bound the depth (max_depth=) or raise max_boxes if memory allows (about "
+                f"(num_buckets=, e.g. 5), bound the depth (max_depth=) or raise max_boxes if memory allows (about "
                 f"{per_box} bytes per box).")
         new_rows = split_words.reshape(-1, Wn)[first]
         new_index = np.arange(n_boxes, n_boxes + len(new))

@@ -251,19 +251,16 @@ class BARTPosterior(Saveable):
         drawn with JAX's counter-based generator from ``seed``)."""
         return self._interval_at(self._bins(X), prob, predictive=predictive, seed=seed)
 
-    def summary(self) -> dict:
-        """Scalar summaries: chains, draws, :meth:`_fit_summary`, then means over draws of the
-        leaves and depth per tree and the fractions of trees at ``max_depth`` and changed."""
-        return dict(
-            num_chains=self.num_chains, num_draws=self.num_draws, **self._fit_summary(),
-            mean_leaves=float(np.mean(self.stats["n_leaves"])), mean_depth=float(np.mean(self.stats["depth"])),
-            at_max_depth=float(np.mean(self.stats["at_max_depth"])),
-            acceptance_rate=float(np.mean(self.stats["accepted"])),
-        )
+    def summary(self, **kwargs):
+        """A table of every quantity traced per sweep (``sigma``, ``train_rmse``, ``n_leaves``
+        and ``depth`` (means over trees), ``at_max_depth``, ``accepted`` ...; the classifier's
+        ``train_accuracy``, ``fit_mean`` ...), one row each, with ArviZ's columns (mean, sd, a
+        credible interval, ``ess_bulk``, ``ess_tail``, ``r_hat`` ...): ``az.summary``
+        (:func:`~bdtree_jax._arviz.summary_table`; ``kwargs`` go to it).  Returns a pandas
+        DataFrame."""
+        from .._arviz import summary_table
 
-    def _fit_summary(self) -> dict:
-        """The fit's part of :meth:`summary`: the mean noise sd."""
-        return dict(sigma_mean=float(np.mean(self.stats["sigma"])))
+        return summary_table(self.stats, self.num_chains, self.num_draws, **kwargs)
 
     # -- variable inclusion ----------------------------------------------------------------------
     def variable_counts(self) -> np.ndarray:
@@ -380,10 +377,6 @@ class BARTClassifierPosterior(BARTPosterior):
             raise ValueError("predictive intervals are for a real response; a class label has none "
                              "(use predict_proba).")
         return self._interval_at(self._bins(X), prob, transform=np_ndtr)
-
-    def _fit_summary(self) -> dict:
-        """The fit's part of :meth:`summary`: the probit offset and the mean training accuracy."""
-        return dict(offset=float(self.y_offset), train_accuracy=float(np.mean(self.stats["train_accuracy"])))
 
     def pointwise_log_likelihood(self) -> np.ndarray:
         """(C, S, n) ``log p(y_i | draw) = log Phi(+-f(x_i))`` (``+`` for ``classes[1]``)."""

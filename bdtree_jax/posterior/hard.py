@@ -141,7 +141,7 @@ class _DrawSummaries(Saveable):
         """Tempered runs: (R, R) acceptance rate of the swaps proposed between rungs ``i < j``
         (rung 0 is the cold chain; NaN where never proposed)."""
         if "swap_pair" not in self.stats:
-            raise ValueError("swap_rates needs a tempered run (n_temperatures > 1).")
+            raise ValueError("swap_rates needs a tempered run (num_temperatures > 1).")
         from ..diagnostics import swap_rates
 
         pair, acc = self.stats["swap_pair"], self.stats["swap_accepted"]
@@ -150,16 +150,16 @@ class _DrawSummaries(Saveable):
             acc = np.concatenate([self.warmup_stats["swap_accepted"], acc], axis=1)
         return swap_rates(pair, acc, len(self.info.get("betas", ())) or int(np.sqrt(pair.max() + 1)) + 1)
 
-    def summary(self) -> dict:
-        """Scalar summaries: mean leaves, depth, acceptance, distinct trees visited."""
-        return dict(
-            num_chains=self.num_chains,
-            num_draws=self.num_draws,
-            mean_leaves=float(np.mean(self.stats["n_leaves"])),
-            mean_depth=float(np.mean(self.stats["depth"])),
-            acceptance_rate=self.acceptance_rate(),
-            **self._extra_summary(),
-        )
+    def summary(self, **kwargs):
+        """A table of every quantity traced per draw (``log_lik``, ``log_prior``,
+        ``log_posterior``, ``n_leaves``, ``depth``, ``accepted``, and the method's own: ``sigma``,
+        ``nuts_accept``, ``swap_accepted`` ...), one row each, with ArviZ's columns (mean, sd,
+        a credible interval, ``ess_bulk``, ``ess_tail``, ``r_hat`` ...): ``az.summary``
+        (:func:`~bdtree_jax._arviz.summary_table`; ``kwargs`` go to it).  Returns a pandas
+        DataFrame; the mean of ``accepted`` is :meth:`acceptance_rate`."""
+        from .._arviz import summary_table
+
+        return summary_table(self.stats, self.num_chains, self.num_draws, **kwargs)
 
 
 @dataclass(eq=False)
@@ -404,9 +404,6 @@ class Posterior(_DrawSummaries):
         return streaming.nbytes_per_draw(list(self.trees) + list(self.stats.values()), self.num_chains,
                                          self.num_draws)
 
-    def _extra_summary(self) -> dict:
-        return dict(distinct_trees=len(set(self._strings)))
-
     # -- ArviZ -----------------------------------------------------------------------------------
     def to_arviz(self, *, pointwise: bool = True, seed: int = 0, max_draws_pointwise: int | None = None):
         """An ArviZ ``InferenceData`` (ArviZ 0.2x) or ``DataTree`` (ArviZ 1.x).
@@ -551,9 +548,6 @@ class PCFGPosterior(Posterior):
         boxes = sample_paths(self.grammar, jax.random.key(seed), self._codes(X), 1 if best else num,
                              mode="max" if best else "sample")
         return np.asarray(self.likelihood.leaf_mean(jnp.asarray(self.grammar.stats[boxes])))
-
-    def _extra_summary(self) -> dict:
-        return dict(n_boxes=self.grammar.n_boxes, log_evidence=self.log_evidence)
 
 
 @dataclass(eq=False)

@@ -300,12 +300,6 @@ class SoftTreePosterior(_DrawSummaries):
         ax.text(0.0, 1.0, self.tree_text(), family="monospace", va="top", fontsize=8, transform=ax.transAxes)
         return ax
 
-    def _extra_summary(self) -> dict:
-        return dict(
-            nuts_accept=float(np.mean(self.stats["nuts_accept"])),
-            distinct_structures=len(set(self.structure_strings())),
-        )
-
     # -- ArviZ -----------------------------------------------------------------------------------
     def to_arviz(self, *, pointwise: bool = True, seed: int = 0):
         """ArviZ data: ``posterior`` (``n_leaves``, ``depth``, and ``sigma`` for regression),

@@ -115,7 +115,7 @@ def test_cgm_matches_enumeration_deeper_and_batched(toy_problem, task, increment
     algorithm = cgm.cgm(cgm.CGMConfig.from_prior(p.prior, incremental=incremental))
     traces, _ = run_chains(
         algorithm, p.data, key=jax.random.key(5), num_chains=CHAINS, num_iterations=4 * ITERS,
-        block_size=ITERS, chain_method="sequential" if incremental else "vectorized",
+        block_size=ITERS, chain_method="loop" if incremental else "vmap",
     )
     freqs = chain_frequencies(traces, p.grid.thresholds, BURN)
     assert set(freqs) <= set(p.exact)

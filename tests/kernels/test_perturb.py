@@ -426,7 +426,7 @@ def test_sample_cgm_perturb_end_to_end():
     assert np.all(w == w_warm[:, -1:]) and np.any(w_warm != np.float32(0.1))
     assert post.stats["perturb_accepted"].dtype == bool and post.stats["perturb_accepted"].any()
     assert "PerturbConfig" in post.info["config"] and "num_warmup=50" in post.info["config"]
-    tempered = bd.sample(X, y, n_temperatures=2, **common)
+    tempered = bd.sample(X, y, num_temperatures=2, **common)
     assert "swap_accepted" in tempered.stats
     assert all(len(np.unique(c)) <= 2 for c in tempered.stats["perturb_width"])
 

@@ -101,7 +101,7 @@ def test_tempered_rjhmc_matches_exact_topology_posteriors():
     assert np.all((upper > 0.05) & (upper < 0.999)), rates
     # the same through sample(): swap statistics reach the posterior and ArviZ
     post = bd.sample(X, y, method="hmc-df", max_depth=2, num_warmup=20, num_samples=30, num_chains=1,
-                     n_temperatures=3, delta_t=1.0, progress=False)
+                     num_temperatures=3, delta_t=1.0, progress=False)
     assert post.info["betas"] == tempering.ladder(3, 1.0)
     assert np.isfinite(post.swap_rates()[np.triu_indices(3, 1)]).all()
     assert "swap_accepted" in post.to_arviz().sample_stats

@@ -156,16 +156,16 @@ def test_sampler_option_errors(toy_data):
 
     X, y, _ = toy_data
     kw = dict(num_warmup=1, num_samples=1, num_chains=1, progress=False)
-    with pytest.raises(ValueError, match="n_temperatures is an option of method='cgm'"):
-        bd.sample(X, y, method="pcfg", n_temperatures=2, **kw)
+    with pytest.raises(ValueError, match="num_temperatures is an option of method='cgm'"):
+        bd.sample(X, y, method="pcfg", num_temperatures=2, **kw)
     with pytest.raises(ValueError, match="proposal is an option of method='cgm'"):
         bd.sample(X, y, method="hmc-df", proposal="regrow", **kw)
     with pytest.raises(ValueError, match="box_constraints is an option"):
         bd.sample(X, y, method="hmc-dfi", box_constraints=[{0: (1, 2)}], **kw)
     for method in ("cgm", "hmc-df"):
-        with pytest.raises(ValueError, match="n_temperatures must be an integer >= 1"):
-            bd.sample(X, y, method=method, n_temperatures=0, **kw)
+        with pytest.raises(ValueError, match="num_temperatures must be an integer >= 1"):
+            bd.sample(X, y, method=method, num_temperatures=0, **kw)
         with pytest.raises(ValueError, match="delta_t must be a finite number > 0"):
-            bd.sample(X, y, method=method, n_temperatures=2, delta_t=float("nan"), **kw)
+            bd.sample(X, y, method=method, num_temperatures=2, delta_t=float("nan"), **kw)
     with pytest.raises(ValueError, match="proposal must be one of"):
         bd.sample(X, y, proposal="gibbs", **kw)

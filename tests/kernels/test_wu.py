@@ -314,7 +314,7 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
     """Two compiled programs: iris via sample() and the classifier (same configuration), and a
     tempered regressor with the range prior and min_leaf_size = 2 on the toy data."""
     X, y = bd.datasets.load("iris")
-    kw = dict(method="wu", max_depth=3, num_warmup=10, num_samples=20, num_chains=2, seed=3, n_local=3)
+    kw = dict(method="wu", max_depth=3, num_warmup=10, num_samples=20, num_chains=2, seed=3, num_local_steps=3)
     one = bd.sample(X, y, **kw)
     again = bd.sample(X, y, **kw)
     for a, b in zip(one.trees, again.trees):
@@ -329,13 +329,13 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
     assert (one.stats["restructure_kind"] == 1).all()  # max_depth 3: at most 8 <= max_groups leaves, always Gibbs
     assert (one.predict(X) == y).mean() > 0.9
     clf = bd.BayesianTreeClassifier(**{k: v for k, v in kw.items() if k != "seed"}, seed=3).fit(X, y)
-    assert clf.get_params()["n_local"] == 3
-    wu_params = bd.BayesianTreeClassifier(method=bd.WU(n_local=3)).get_params()
+    assert clf.get_params()["num_local_steps"] == 3
+    wu_params = bd.BayesianTreeClassifier(method=bd.WU(num_local_steps=3)).get_params()
     assert wu_params["method__restructure"] == "auto" and wu_params["method__max_groups"] == 10
     np.testing.assert_array_equal(clf.posterior_.trees.cut, one.trees.cut)
     Xr, _, y_reg = toy_data
-    reg = bd.BayesianTreeRegressor(method="wu", n_local=2, max_depth=2, num_warmup=5, num_samples=20, num_chains=1,
-                                   n_temperatures=2, split_prior="range", min_leaf_size=2).fit(Xr, y_reg)
+    reg = bd.BayesianTreeRegressor(method="wu", num_local_steps=2, max_depth=2, num_warmup=5, num_samples=20, num_chains=1,
+                                   num_temperatures=2, split_prior="range", min_leaf_size=2).fit(Xr, y_reg)
     stats = reg.posterior_.stats
     assert {"swap_accepted", "restructure_accepted", "restructure_kind", "local_accept_rate"} <= set(stats)
     assert np.all(reg.posterior_.stats["n_leaves"] <= 3)  # 6 rows, >= 2 per leaf
@@ -344,10 +344,10 @@ def test_sample_wu_api_reproducible_and_estimators(toy_data):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(method="cgm", n_local=5), "n_local is an option of method='wu'"),
-        (dict(method="pg", n_local=5), "n_local is an option of method='wu'"),
-        (dict(method="wu", n_local=0), "n_local must be an integer >= 1"),
-        (dict(method="wu", n_local=2.5), "n_local must be an integer >= 1"),
+        (dict(method="cgm", num_local_steps=5), "num_local_steps is an option of method='wu'"),
+        (dict(method="pg", num_local_steps=5), "num_local_steps is an option of method='wu'"),
+        (dict(method="wu", num_local_steps=0), "num_local_steps must be an integer >= 1"),
+        (dict(method="wu", num_local_steps=2.5), "num_local_steps must be an integer >= 1"),
         (dict(method="wu", proposal="regrow"), "proposal is an option of method='cgm'"),
         (dict(method="wu", box_constraints=[{0: (None, 1.0)}]), "box_constraints is an option of method='cgm'"),
         (dict(method="wu", initial_tree="L"), "initial_tree is an option of method='cgm'"),
@@ -389,7 +389,7 @@ def test_configs_and_cli_key(tmp_path):
     from bdtree_jax.cli import load_config
 
     path = tmp_path / "wu.yaml"
-    path.write_text("dataset: iris\nmethod: wu\nn_local: 10\nrestructure: gibbs\nmax_groups: 8\n")
+    path.write_text("dataset: iris\nmethod: wu\nnum_local_steps: 10\nrestructure: gibbs\nmax_groups: 8\n")
     config = load_config(path)
-    assert config["method"] == "wu" and config["n_local"] == 10
+    assert config["method"] == "wu" and config["num_local_steps"] == 10
     assert config["restructure"] == "gibbs" and config["max_groups"] == 8
