@@ -15,8 +15,8 @@ Sections (``--sections``, default all three):
 2. **bcw** (probit): ``bd.BARTClassifier`` vs ``bartz.Bart(outcome_type="binary")`` on the RJHMC
    paper's bcw split (``bd.datasets.load_split("bcw")``): test accuracy, test log loss, it/s.
    Skipped (and said so) if this checkout has no ``BARTClassifier``.
-3. **hypercube** (Lakshminarayanan et al. 2015): ``bd.datasets.make_hypercube(D, n_per_vertex=10)`` (2**D
-   clusters at the vertices of {-1, 1}^D, no y noise), ``n_trees = 1`` as in that paper, several
+3. **hypercube** (Lakshminarayanan et al. 2015): ``bd.datasets.make_hypercube(D, num_per_vertex=10)`` (2**D
+   clusters at the vertices of {-1, 1}^D, no y noise), ``num_trees = 1`` as in that paper, several
    chains from the stump: ArviZ's bulk ESS (over chains) of ``sigma`` and of the fit at a few
    training rows (one per chosen vertex), divided by the sampling seconds of the saved draws, for
    ``tree_sampler="pg"`` and ``"grow-prune"``, with pgbart's CLI prior of its hypercube examples
@@ -204,7 +204,7 @@ def ratio(a, b) -> str:
 
 def _ours_estimator(cls, sampler, warmup, samples, chains, args, **extra):
     sampler, keywords = variant(sampler)
-    kw = dict(n_trees=args.trees, tree_sampler=sampler, num_warmup=warmup, num_samples=samples,
+    kw = dict(num_trees=args.trees, tree_sampler=sampler, num_warmup=warmup, num_samples=samples,
               num_chains=chains, seed=args.seed, progress=False)
     kw.update(keywords)
     kw.update(extra)
@@ -397,7 +397,7 @@ def section_hypercube(args) -> dict:
     rows = []
     C = args.hypercube_chains
     for D in args.dims:
-        X, y, vertex = bd.datasets.make_hypercube(D, n_per_vertex=10, seed=args.data_seed)
+        X, y, vertex = bd.datasets.make_hypercube(D, num_per_vertex=10, seed=args.data_seed)
         X, y, vertex = X.to_numpy(), y.to_numpy(), vertex.to_numpy()
         picks = np.unique(np.linspace(0, 2**D - 1, args.fit_points).round().astype(int))
         rows_idx = np.array([np.flatnonzero(vertex == v)[0] for v in picks])
@@ -405,7 +405,7 @@ def section_hypercube(args) -> dict:
             m = 1 if variant(sampler)[0] == "pg" else args.hypercube_iteration_factor
             W, S = m * args.hypercube_warmup, m * args.hypercube_samples
             log(f"[hypercube D={D}] {sampler}: {C} chains x ({W} + {S}); load {load1():.2f}")
-            kw = dict(n_trees=args.hypercube_trees, tree_sampler=sampler, num_chains=C, seed=args.seed,
+            kw = dict(num_trees=args.hypercube_trees, tree_sampler=sampler, num_chains=C, seed=args.seed,
                       beta=args.hypercube_beta, split_prior=args.hypercube_split_prior, progress=False)
             try:
                 bd.BARTRegressor(num_warmup=0, num_samples=min(100, W + S), **kw).fit(X, y)  # compile, untimed
@@ -534,7 +534,7 @@ def report(results: dict, args, argv) -> str:
         p("")
         if not bc["has_classifier"]:
             p("**`bd.BARTClassifier` does not exist in this checkout: only bartz was run.**  The section runs "
-              "ours (`BARTClassifier(n_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, progress)`, "
+              "ours (`BARTClassifier(num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, progress)`, "
               "`predict_proba`) as soon as it exists.")
             p("")
         p("| sampler | chains | warm-up + saved | test accuracy | test log loss | it/s | it/s / bartz | compile | fit wall | load |")
@@ -554,7 +554,7 @@ def report(results: dict, args, argv) -> str:
         rows = hc["rows"]
         p(f"## 3. Hypercube mixing: BART with {hc['trees']} tree(s), PG vs grow-prune")
         p("")
-        p(f"`make_hypercube(D, n_per_vertex=10)` (no y noise), `BARTRegressor(n_trees={hc['trees']}, "
+        p(f"`make_hypercube(D, num_per_vertex=10)` (no y noise), `BARTRegressor(num_trees={hc['trees']}, "
           f"beta={hc['beta']}, split_prior={hc['split_prior']!r})` (pgbart's CLI prior of the hypercube examples: "
           "alpha 0.95, beta 0.5, cuts uniform on the range), other BART defaults, chains from the stump; "
           "grow-prune runs more iterations than PG (it is much cheaper per sweep), so "

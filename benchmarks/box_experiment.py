@@ -178,7 +178,7 @@ def fit_one(X_tr, y_tr, X_te, y_te, args, seed: int, boxes) -> dict:
         X_tr, y_tr, task="classification", method="cgm", max_depth=args.max_depth, alpha=0.95, beta=1.0,
         min_leaf_size=5, concentration=1.0, num_warmup=args.num_warmup, num_samples=args.num_samples,
         num_chains=1, seed=seed, proposal=args.proposal, box_constraints=boxes, progress=False,
-        n_temperatures=args.n_temperatures,
+        num_temperatures=args.n_temperatures,
     )
     acc_max, acc_prob = diagnostics.accuracy_max_prob(post, X_te, y_te)
     freqs = post.tree_frequencies()

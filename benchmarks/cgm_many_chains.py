@@ -8,7 +8,7 @@ What it measures (bcw paper split, ``bd.datasets.load_split("bcw")``: 478 rows x
   with the same backend), at 64 / 1,024 / 4,096 chains:
 
   - ours *before*: the branch-free kernel (``CGMConfig(incremental=False)``, the one
-    ``chain_method="vectorized"`` runs) re-scoring the proposed tree with
+    ``chain_method="vmap"`` runs) re-scoring the proposed tree with
     :func:`bdtree_jax.kernels._moves.score`, as it did before this benchmark was written;
   - ours *after*: the same kernel as it is now (:func:`bdtree_jax.kernels.cgm._score_batched`);
   - ours *incremental, vmapped*: the CPU kernel batched (its ``lax.cond`` branches become

@@ -243,8 +243,8 @@ def main(argv=None):
                         help="T >= this / chains for small chain counts (default 160000; quick 1000)")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings per length; the minimum is used")
     parser.add_argument("--numpy-iterations", type=int, default=None, help="timed NumPy iterations (default 5000)")
-    parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default=None,
-                        help="how our chains share a device (default: sequential on CPU, as bd.sample)")
+    parser.add_argument("--chain-method", choices=("loop", "vmap"), default=None,
+                        help="how our chains share a device (default: loop on CPU, as bd.sample)")
     parser.add_argument("--rounds", type=int, default=0,
                         help="after the table, this many alternating ours/bartz timings at --rounds-chains, "
                              "each with the table's rule; reports every round's ratio and their median")

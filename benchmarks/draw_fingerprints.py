@@ -47,9 +47,9 @@ def main() -> None:
     out = {}
     examples = {
         "cgm": dict(method="cgm", max_depth=6),
-        "cgm+regrow,tempered": dict(method="cgm", proposal="cgm+regrow", n_temperatures=3, max_depth=5),
+        "cgm+regrow,tempered": dict(method="cgm", proposal="cgm+regrow", num_temperatures=3, max_depth=5),
         "pg": dict(method="pg", num_particles=10, max_depth=5),
-        "wu": dict(method="wu", n_local=5, max_depth=5),
+        "wu": dict(method="wu", num_local_steps=5, max_depth=5),
         "hmc-df": dict(method="hmc-df", max_depth=3, alpha=0.45, beta=2.5, h_init=0.025),
     }
     for name, kw in examples.items():
@@ -67,14 +67,14 @@ def main() -> None:
                     max_depth=5)
     out["smc"] = _tree_digest(smc)
     pcfg = bd.sample(X_train, y_train, method="pcfg", num_samples=20, num_chains=2, seed=0, max_depth=3,
-                     n_buckets=4)
+                     num_buckets=4)
     out["pcfg"] = _tree_digest(pcfg)
-    clf = bd.BARTClassifier(n_trees=20, tree_sampler="grow-prune", num_warmup=50, num_samples=50, num_chains=2,
+    clf = bd.BARTClassifier(num_trees=20, tree_sampler="grow-prune", num_warmup=50, num_samples=50, num_chains=2,
                             seed=0).fit(X_train, y_train)
     out["bart-classifier:proba"] = _digest([np.round(clf.predict_proba(X_test), 6)])
     X, y = bd.datasets.make_cgm(300, seed=0)
     for sampler in ("grow-prune", "cgm", "pg"):
-        reg = bd.BARTRegressor(n_trees=10, tree_sampler=sampler, num_warmup=30, num_samples=30, num_chains=2,
+        reg = bd.BARTRegressor(num_trees=10, tree_sampler=sampler, num_warmup=30, num_samples=30, num_chains=2,
                                seed=0).fit(X, y)
         out[f"bart-{sampler}:predict"] = _digest([np.round(reg.predict(X[:50]), 6)])
     text = json.dumps(out, indent=1, sort_keys=True)

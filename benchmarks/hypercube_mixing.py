@@ -5,7 +5,7 @@ separates every vertex of the hypercube, for Particle Gibbs and for CGM, over se
     python benchmarks/hypercube_mixing.py [--dims 3 4] [--seeds 0 1 2 3 4] [--pg-iters 2000] \
         [--cgm-iters 100000] [--num-particles 10] [--proposals prior posterior] [--split-prior range]
 
-Data: ``bd.datasets.make_hypercube(D, n_per_vertex=10)`` (2**D clusters at the vertices of
+Data: ``bd.datasets.make_hypercube(D, num_per_vertex=10)`` (2**D clusters at the vertices of
 {-1, 1}^D, x noise sd 0.1, y = f(vertex) with f ~ N(0, 9), no y noise), regression with the
 shared CGM98 prior (alpha 0.95, beta 1, ``max_depth = D + 2``, ``split_prior="range"`` -- the
 PG paper's cut rule -- unless ``--split-prior uniform``) and conjugate normal leaves (leaf-mean
@@ -64,7 +64,7 @@ def true_tree_log_posterior(X, y, D: int, split_prior: str) -> float:
 def run(method: str, D: int, seed: int, iters: int, num_particles: int, proposal: str, split_prior: str):
     import bdtree_jax as bd
 
-    X, y, vertex = bd.datasets.make_hypercube(D, n_per_vertex=10, seed=seed)
+    X, y, vertex = bd.datasets.make_hypercube(D, num_per_vertex=10, seed=seed)
     kw = dict(num_particles=num_particles, proposal=proposal) if method == "pg" else {}  # cgm: its own moves
     t0 = time.perf_counter()
     post = bd.sample(X, y, task="regression", method=method, max_depth=D + 2, num_warmup=0, num_samples=iters,

@@ -42,10 +42,10 @@ _ROOT = _HERE.parent
 FACTOR_RUNS = [
     ("cgm depth 13, 4 chains", "cgm", {}, "iris", 13, 4, 500, 500, 1),
     ("cgm depth 12, 4 rungs, 2 chains", "cgm", {}, "iris", 12, 2, 300, 300, 4),
-    ("wu depth 12, 2 chains", "wu", {"n_local": 2}, "iris", 12, 2, 300, 300, 1),
+    ("wu depth 12, 2 chains", "wu", {"num_local_steps": 2}, "iris", 12, 2, 300, 300, 1),
     ("pg depth 8, 10 particles, 2 chains", "pg", {}, "iris", 8, 2, 100, 100, 1),
     ("smc depth 9, 200 particles, 4 runs", "smc", {"num_particles": 200}, "iris", 9, 4, 0, 1000, 1),
-    ("bart 200 trees depth 6, 2 chains", "bart", {"n_trees": 200}, "cgm", 6, 2, 250, 500, 1),
+    ("bart 200 trees depth 6, 2 chains", "bart", {"num_trees": 200}, "cgm", 6, 2, 250, 500, 1),
 ]
 # (PCFG's grammar checks its own memory level by level as it is built; its draws are counted.)
 

@@ -133,7 +133,7 @@ def section_diamonds(args) -> dict:
     oh_tr, oh_te = _onehot_imputed(Xtr, Xte)
     for name, (a, b) in (("native", (Xtr, Xte)), ("onehot", (oh_tr, oh_te))):
         W, S = args.diamond_warmup, args.diamond_sweeps
-        est = bd.BARTRegressor(n_trees=200, num_warmup=W, num_samples=S, num_chains=1, seed=args.seed,
+        est = bd.BARTRegressor(num_trees=200, num_warmup=W, num_samples=S, num_chains=1, seed=args.seed,
                                progress=False)
         t = time.perf_counter()
         est.fit(a, ytr)

@@ -52,11 +52,11 @@ def friedman(n, seed, sigma=1.0):
 
 def models(n_trees):
     def fixed_sigma(X, y=None, y_train=None):
-        f = bart("f", X, n_trees=n_trees, y=y_train)
+        f = bart("f", X, num_trees=n_trees, y=y_train)
         numpyro.sample("y", dist.Normal(f, 1.0), obs=y)
 
     def nuts_sigma(X, y=None, y_train=None):
-        f = bart("f", X, n_trees=n_trees, y=y_train)
+        f = bart("f", X, num_trees=n_trees, y=y_train)
         sigma = numpyro.sample("sigma", dist.HalfNormal(5.0))
         numpyro.sample("y", dist.Normal(f, sigma), obs=y)
 

@@ -7,7 +7,7 @@ Protocol
   (20 iid Bernoulli(0.5) features, label = parity of the first 4).  The paper does not give the
   XOR sample size; we use ``--xor-n`` rows (default 200), drawn afresh in every trial.
 * Preprocessing (paper): a feature with more than 10 distinct values is bucketed to 10 values
-  (``n_buckets=10``); vertebral uses 5 (``n_buckets=5``).  Bucketing is part of our PCFG fit (the
+  (``num_buckets=10``); vertebral uses 5 (``num_buckets=5``).  Bucketing is part of our PCFG fit (the
   equal-width buckets are computed on each training fold); CART and RF see the raw features.
 * Prior: ``log φ = 2`` (no tuning, no validation set).
 * Testing: 10-fold stratified cross validation (``StratifiedKFold(shuffle=True)``), accuracy
@@ -100,7 +100,7 @@ def dataset_settings(name: str, args) -> dict:
 
 def load_data(name: str, settings: dict, seed: int):
     if name == "xor":
-        return bd.datasets.make_xor(settings["xor_n"], n_features=20, n_relevant=4, seed=seed)
+        return bd.datasets.make_xor(settings["xor_n"], num_features=20, num_relevant=4, seed=seed)
     return bd.datasets.load(name)
 
 
@@ -114,7 +114,7 @@ def fit_pcfg(X, y, settings: dict, seed: int, fallback_depth: int, max_redraws: 
       used here and the MAP tree and the exact predictive do not depend on the seed, so the same
       unbounded fit is retried with another seed (at most ``max_redraws`` times).
     """
-    kw = dict(method="pcfg", log_phi=settings["log_phi"], n_buckets=settings["n_buckets"],
+    kw = dict(method="pcfg", log_phi=settings["log_phi"], num_buckets=settings["n_buckets"],
               num_samples=settings["num_samples"], num_chains=1)
     max_depth = settings["max_depth"]
     for redraw in range(max_redraws + 2):  # + 1: a fallback refit does not count as a redraw

@@ -164,7 +164,7 @@ def _load_xy(cfg: dict):
     from bdtree_jax import datasets
 
     if cfg["data"] == "xor":
-        X, y = datasets.make_xor(cfg["n"], n_features=cfg["d"], n_relevant=min(4, cfg["d"]), seed=0)
+        X, y = datasets.make_xor(cfg["n"], num_features=cfg["d"], num_relevant=min(4, cfg["d"]), seed=0)
     else:
         X, y = datasets.load(cfg["data"])
         if cfg["n"] is not None and cfg["n"] < len(X):

@@ -22,7 +22,7 @@ Sections (``--sections``, default all):
    (``os.wait4`` rusage, ``ru_maxrss``) and, on an accelerator, the device's
    ``memory_stats()["peak_bytes_in_use"]``.  On an accelerator a size whose estimated footprint
    exceeds the device memory is skipped (said so in the table).
-2. **fitmem**: the issue's memory criterion: peak RSS of a ``BARTRegressor(n_trees=200,
+2. **fitmem**: the issue's memory criterion: peak RSS of a ``BARTRegressor(num_trees=200,
    num_warmup=--fit-warmup, num_samples=--fit-draws)`` fit at ``n = --fit-n`` (100k by default),
    in a fresh subprocess (goal <= 4 GB); ``--fit-memory-who ours bartz`` adds bartz's fit.
 3. **cost**: XLA's static cost analysis of one BART sweep at ``n = --cost-n`` (1M by default; it
@@ -180,7 +180,7 @@ def worker_bart(spec: dict) -> dict:
         import bdtree_jax as bd
 
         def run(T):
-            bd.BARTRegressor(n_trees=trees, tree_sampler="grow-prune", num_warmup=0, num_samples=T, num_chains=1,
+            bd.BARTRegressor(num_trees=trees, tree_sampler="grow-prune", num_warmup=0, num_samples=T, num_chains=1,
                              seed=seed, progress=False).fit(X, y)
 
     elif who == "ours-kernel":
@@ -189,7 +189,7 @@ def worker_bart(spec: dict) -> dict:
         from bdtree_jax.problem.bart import build_bart_problem
 
         problem = build_bart_problem(X, y, n_trees=trees)
-        config = _our_config(problem, trees, plan_chains(1).chain_method == "sequential")
+        config = _our_config(problem, trees, plan_chains(1).chain_method == "loop")
         state0 = jax.jit(lambda d: bart.init(None, d, config))(problem.data)
 
         @jax.jit
@@ -267,7 +267,7 @@ def worker_fitmem(spec: dict) -> dict:
     if who == "ours":
         import bdtree_jax as bd
 
-        est = bd.BARTRegressor(n_trees=trees, num_warmup=spec["warmup"], num_samples=spec["draws"], num_chains=1,
+        est = bd.BARTRegressor(num_trees=trees, num_warmup=spec["warmup"], num_samples=spec["draws"], num_chains=1,
                                seed=spec["seed"], progress=False).fit(X, y)
         post = est.posterior_
         extra["posterior_bytes"] = _nbytes(post)
@@ -428,7 +428,7 @@ def worker_cost(spec: dict) -> dict:
         from bdtree_jax.problem.bart import build_bart_problem
 
         problem = build_bart_problem(X, y, n_trees=trees, max_depth=5)
-        default_incremental = plan_chains(1).chain_method == "sequential"
+        default_incremental = plan_chains(1).chain_method == "loop"
         variants = (default_incremental,) + ((not default_incremental,) if spec.get("variants") == "both" else ())
         for incremental in variants:
             config = _our_config(problem, trees, incremental)
@@ -764,7 +764,7 @@ def report(results: dict, args, argv) -> str:
           f"sweeps, the block program every length uses; bartz and the kernel loop: {args.pilot} sweeps), aiming at "
           f"t(T) ≈ {args.target_s} s (ours T ≥ {args.t_min}, a multiple of 100 from 100 on; bartz T ≥ {args.t_min_other}; "
           "bartz keeps T = the pilot's length when that run took ≥ half the target: each bartz run length "
-          "compiles anew).  ours = `bd.BARTRegressor(n_trees=200, num_warmup=0, "
+          "compiles anew).  ours = `bd.BARTRegressor(num_trees=200, num_warmup=0, "
           "num_samples=T, num_chains=1)` (what users run: binning, trace recording and the posterior included); "
           "ours (kernel) = a jitted `lax.fori_loop` over `kernels.bart.step`, no trace; bartz = "
           "`bartz.Bart(X.T, y, num_trees=200, num_chains=1, n_burn=0, n_save=T)` (its defaults: depth ≤ 5, "

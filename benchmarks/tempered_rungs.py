@@ -29,7 +29,7 @@ def _time_run(kernel, num_chains: int, iterations: int, seed: int = 0):
         t0 = time.perf_counter()
         traces, _ = run_chains(kernel.algorithm, kernel.data, key=jax.random.key(seed), num_chains=num_chains,
                                num_iterations=iterations, block_size=iterations, progress=False,
-                               chain_method="vectorized")
+                               chain_method="vmap")
         return time.perf_counter() - t0, traces
 
     compile_and_run, _ = once()
@@ -58,7 +58,7 @@ def main() -> None:
         results = {}
         # the kernel's rungs follow the chain_method it is built for; the driver runs both layouts
         # with vmap-ped chains
-        for layout, built_for in (("rungs vmap-ped", "vectorized"), ("rungs lax.map (before)", "sequential")):
+        for layout, built_for in (("rungs vmap-ped", "vmap"), ("rungs lax.map (before)", "loop")):
             kernel = method.kernel(problem, built_for, betas, 0)
             results[layout] = _time_run(kernel, args.chains, args.iterations)
         (c1, s1, t1), (c2, s2, t2) = results.values()

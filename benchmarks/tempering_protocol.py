@@ -155,7 +155,7 @@ def fit(X, y, settings: dict, *, tempered: bool, length: int, seed: int):
         X, y, task="classification", method="cgm", max_depth=settings["max_depth"], alpha=settings["alpha"],
         beta=settings["beta"], min_leaf_size=settings["min_leaf_size"], concentration=settings["concentration"],
         num_warmup=0, num_samples=int(length), num_chains=1, seed=int(seed), proposal=settings["proposal"],
-        n_temperatures=settings["n_temperatures_on"] if tempered else 1, delta_t=settings["delta_t"],
+        num_temperatures=settings["n_temperatures_on"] if tempered else 1, delta_t=settings["delta_t"],
         block_size=settings["block_size"], progress=False,
     )
 

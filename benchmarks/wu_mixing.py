@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         block = min(r["block"], r["iters"])  # the compile run and the timed run share one program
         kw = dict(max_depth=6, alpha=0.95, beta=1.0, num_chains=args.chains, block_size=block)
         if r["method"] == "wu":
-            kw.update(method="wu", n_local=args.n_local, restructure=r["restructure"])
+            kw.update(method="wu", num_local_steps=args.n_local, restructure=r["restructure"])
         else:
             kw.update(method="cgm", proposal=r["proposal"])
         half = r["iters"] // 2
