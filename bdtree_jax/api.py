@@ -51,7 +51,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
         :func:`~bdtree_jax.problem.build_problem` (docs/categorical-missing.md; method "cgm" only).
     **deprecated
         The flat keywords of earlier versions: method options (``proposal=``,
-        ``num_particles=`` ...; :func:`~bdtree_jax.methods.from_flat`), ``n_temperatures=`` /
+        ``num_particles=`` ...; :func:`~bdtree_jax.methods.from_flat`), ``num_temperatures=`` /
         ``delta_t=``, the prior's (``max_depth=`` ...) and the leaf model's (``concentration=``
         ...).  Each warns ``DeprecationWarning`` with its new spelling.
 

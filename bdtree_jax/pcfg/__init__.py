@@ -15,7 +15,7 @@ the MAP tree.  Everything is in log space.
 
 How it is computed
 ------------------
-* **Codes.**  Each feature is coded by the rank of its (optionally bucketed, ``n_buckets``)
+* **Codes.**  Each feature is coded by the rank of its (optionally bucketed, ``num_buckets``)
   value.  Candidate split ``k`` is "code of feature ``f_k`` ``<= t_k``"; there are
   ``K = Σ_f (B_f - 1)`` of them.  A row is stored as a *thermometer* bit vector: bit ``k`` is 1
   when the row goes right at candidate ``k``.
