@@ -4,9 +4,9 @@ Sampling the posterior over single CART trees (structure, splits, leaf parameter
 algorithms, on CPU or GPU, with results that go to NumPyro, ArviZ, scikit-learn and pandas.
 """
 
-from ._devices import configure_cpu_devices
+from ._devices import apply_cpu_devices_env, set_cpu_device_count
 
-configure_cpu_devices()
+apply_cpu_devices_env()  # only when the environment asks for it (BDTREE_CPU_DEVICES); see _devices
 
 from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
 from .estimators import BARTClassifier, BARTRegressor  # noqa: E402
@@ -68,6 +68,7 @@ __all__ = [
     "problem",
     "run_chains",
     "sample",
+    "set_cpu_device_count",
     "soft",
     "tree",
 ]

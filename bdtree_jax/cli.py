@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._devices import use_cpu_cores_unless_chosen
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
 from .methods import METHODS
 from .methods.flat import TEMPERING_OPTIONS, method_from_name, method_options
@@ -586,6 +587,7 @@ def _list_configs(names) -> int:
 def main(argv=None) -> int:
     """The ``bdtree`` command; returns the exit code: 0, 2 for a user error (a bad config, key,
     value or file: one line on stderr, no traceback), 130 when interrupted."""
+    use_cpu_cores_unless_chosen()  # this process is ours: chains in parallel over the CPU's cores
     parser = argparse.ArgumentParser(prog="bdtree", description="Bayesian decision trees in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(

@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
-_REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
+_REVERSE = (1, 0, 2, 3)  # the move that undoes each of MOVES (a tuple: no JAX work on import)
 
 
 def _small_int(limit: int | None) -> str:
@@ -211,7 +211,7 @@ def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
     log-probabilities ``log_p`` to one with ``counts_new``: move choice, target node and
     rule-proposal terms (module docstring)."""
     log_p_new = _log_move_probs(counts_new, config.move_probs)
-    reverse = _REVERSE[move]
+    reverse = jnp.asarray(_REVERSE, jnp.int32)[move]
     log_q_forward = log_p[move] - jnp.log(counts[move]) + jnp.where((move == 0) | (move == 2), rule_new, 0.0)
     log_q_reverse = (
         log_p_new[reverse]
