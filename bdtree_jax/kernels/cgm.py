@@ -84,7 +84,7 @@ from .base import SamplingAlgorithm
 
 __all__ = [
     "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
-    "build_kernel", "cgm", "LocalProposal", "propose", "apply_local",
+    "build_kernel", "cgm", "LocalProposal", "propose", "apply_local", "flip_proposal",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
@@ -605,11 +605,11 @@ def apply_local(state: CGMState, prop: LocalProposal, accepted: Array) -> tuple[
             put(state.hi, child_value(prop.hi, old(state.hi))))
 
 
-def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
-    """The flip step (module docstring) after each proposal on general data: flip the
-    missing-value bit or move one available level but the smallest of a uniformly chosen splitting
-    node's rule (a flip that empties the left set has prior 0 and is rejected).  ``uniforms``:
-    (4,) node, kind, level, accept."""
+def flip_proposal(uniforms: Array, state: CGMState) -> tuple[Array, Rule, Array]:
+    """The flip step's proposal (module docstring) from ``uniforms`` (3,) (node, kind, level):
+    ``(node, rule, possible)``, the splitting node, its rule with the missing-value bit flipped or
+    one available level but the smallest moved to the other side, and whether a flip is possible
+    (the tree splits, and has bits or the node's rule is categorical)."""
     tree = state.tree
     internal = tree.is_split
     node = pick(internal, uniforms[0])
@@ -632,7 +632,15 @@ def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
         flip = jnp.where(jnp.arange(eligible.shape[-1]) == chosen // 32,
                          jnp.uint32(1) << (chosen % 32).astype(jnp.uint32), jnp.uint32(0))
         new_rule = new_rule._replace(levels_left=jnp.where(flip_level, rule.levels_left ^ flip, rule.levels_left))
-    proposed = score(change_rule(tree, node, new_rule), data, config, state.beta)
+    return node, new_rule, possible
+
+
+def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
+    """The flip step after each proposal on general data (:func:`flip_proposal`; a flip that
+    empties the left set has prior 0 and is rejected).  ``uniforms``: (4,) node, kind, level,
+    accept."""
+    node, rule, possible = flip_proposal(uniforms, state)
+    proposed = score(change_rule(state.tree, node, rule), data, config, state.beta)
     proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
     log_ratio = mh_log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior, 0.0)
     accepted = possible & (jnp.log(uniforms[3]) < log_ratio)

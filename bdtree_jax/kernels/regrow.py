@@ -94,7 +94,7 @@ def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: Re
     node = pick(active, u_node)
 
     if general_rules(data):
-        tree = _regrow_general(state, node, sub, redraw_key, data, config)
+        tree = _regrow_mixed_subtree(state, node, sub, redraw_key, data, config)
         proposed = score(tree, data, config, state.beta)
         proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
     else:
@@ -121,7 +121,7 @@ def step_with_uniforms(uniforms, state: cgm.CGMState, data: TreeData, config: Re
     return new_state, cgm.CGMInfo(jnp.int32(0), accepted, log_ratio)
 
 
-def _regrow_general(state: cgm.CGMState, node: Array, sub: Array, key: PRNGKey, data: TreeData,
+def _regrow_mixed_subtree(state: cgm.CGMState, node: Array, sub: Array, key: PRNGKey, data: TreeData,
                     config: RegrowConfig) -> Tree:
     """The tree with ``node``'s subtree redrawn from the general rule prior given its rows, level
     by level (each level's availability from the partial tree's rows).  ``sub`` (N, 3) the slots'
