@@ -48,7 +48,6 @@ if _CACHE_DIR is not None:
     jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.05)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", 2**30)  # least recently used entries go past 1 GiB
 
 
 def pytest_configure(config):

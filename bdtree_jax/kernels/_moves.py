@@ -21,8 +21,11 @@ is read).
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from .._types import Array
@@ -79,8 +82,11 @@ def with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_siz
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 
+@functools.partial(jax.jit, static_argnames="config")
 def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
-    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
+    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data).
+    Compiled as one program (called outside a kernel, e.g. to score an initial tree, it would
+    otherwise run operation by operation)."""
     leaf_id, stats = node_stats(tree, data)
     return rescore(tree, leaf_id, stats, data, config, beta)
 
