@@ -71,7 +71,6 @@ __all__ = ["RJHMCConfig", "RJHMCState", "init", "step", "trace", "rjhmc", "Topol
 SCHEDULES = ("fast", "paper")
 LEAF_PROPOSALS = ("conditional", "prior")
 SPLIT_PROPOSALS = ("conditional", "prior")
-MOVES = ("grow", "prune", "stay", "change")
 
 
 @dataclass(frozen=True)
@@ -294,7 +293,13 @@ def init(key, data, config: RJHMCConfig) -> RJHMCState:
 
 def step(key, state: RJHMCState, data, config: RJHMCConfig) -> tuple[RJHMCState, dict]:
     """One RJHMC iteration (module docstring): refresh, move, leg at ``T``, jump, leg at ``T'``,
-    acceptance; each stage draws from its own sub-keys of :func:`_step_keys`."""
+    acceptance; each stage draws from its own sub-keys of :func:`_step_keys`.
+
+    ``data = {"X": (n, F) float32 in [0, 1], "y": (n,)}``.  Returns the new state and the info:
+    ``accepted`` () bool, ``move`` () int8 (index in :data:`~bdtree_jax.kernels.rjhmc_jump.MOVES`),
+    ``log_alpha`` () float32 (<= 0), ``nuts_accept`` () the legs' mean NUTS acceptance,
+    ``nuts_grads`` () int32 and ``diverging`` () int32 summed over both legs, ``params`` each
+    site's constrained values at the new state."""
     lay = layout(data, config)
     keys = _step_keys(key)
     warm = state.iteration < config.num_warmup

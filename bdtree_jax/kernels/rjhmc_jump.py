@@ -22,10 +22,10 @@ from . import rjhmc_split
 from .rjhmc_model import SPLIT_SITES, constrained, has_feature, potential_fn, right_probs
 from .rjhmc_moves import propose_topology
 
-__all__ = ["MOVE_CODES", "MoveProposal", "Point", "propose_move", "propose_jump", "accept"]
+__all__ = ["MOVES", "MoveProposal", "Point", "propose_move", "propose_jump", "accept"]
 
-MOVE_CODES = {"grow": 0, "prune": 1, "stay": 2, "change": 3}
-"""The ``move`` recorded per iteration."""
+MOVES = ("grow", "prune", "stay", "change")
+"""The moves; an iteration records its move's index."""
 
 
 class MoveProposal(NamedTuple):
@@ -35,7 +35,7 @@ class MoveProposal(NamedTuple):
     node : () int32 the grown, pruned or changed node.
     topology : () bool a grow or prune; grow : () bool a grow; change : () bool a change.
     log_q_ratio : () float32 ``log q(T | T') - log q(T' | T)`` (0 unless a grow or prune).
-    code : () int8 :data:`MOVE_CODES`.
+    code : () int8 the move's index in :data:`MOVES`.
     """
 
     is_split: Any
@@ -80,8 +80,9 @@ def propose_move(k_move, k_topology, k_change, is_split, move_probs, has_change:
         change = (u >= p[0] + p[1]) & (u < p[0] + p[1] + p[2]) & changeable.any()
         change_node = jax.random.categorical(k_change, jnp.where(changeable, 0.0, -jnp.inf))
         node = jnp.where(change, change_node, node)
-    code = jnp.where(topo, jnp.where(prop.grow, MOVE_CODES["grow"], MOVE_CODES["prune"]),
-                     jnp.where(change, MOVE_CODES["change"], MOVE_CODES["stay"])).astype(jnp.int8)
+    grow_or_prune = jnp.where(prop.grow, MOVES.index("grow"), MOVES.index("prune"))
+    code = jnp.where(topo, grow_or_prune, jnp.where(change, MOVES.index("change"), MOVES.index("stay")))
+    code = code.astype(jnp.int8)
     return MoveProposal(new_split, node, topo, grow, change, log_q, code)
 
 
