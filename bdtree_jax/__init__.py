@@ -6,9 +6,9 @@ algorithms, on CPU or GPU, with results that go to NumPyro, ArviZ, scikit-learn 
 
 from importlib import metadata as _metadata
 
-from ._devices import configure_cpu_devices
+from ._devices import apply_cpu_devices_env, set_cpu_device_count
 
-configure_cpu_devices()
+apply_cpu_devices_env()  # only when the environment asks for it (BDTREE_CPU_DEVICES); see _devices
 
 from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
 from .estimators import BARTClassifier, BARTRegressor  # noqa: E402
@@ -73,6 +73,7 @@ __all__ = [
     "problem",
     "run_chains",
     "sample",
+    "set_cpu_device_count",
     "soft",
     "tree",
 ]

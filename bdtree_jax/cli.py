@@ -79,6 +79,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._devices import use_cpu_cores_unless_chosen
 from ._renamed import RENAMED, renamed, warn_renamed
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
 from .methods import METHODS
@@ -608,6 +609,7 @@ def _list_configs(names) -> int:
 def main(argv=None) -> int:
     """The ``bdtree`` command; returns the exit code: 0, 2 for a user error (a bad config, key,
     value or file: one line on stderr, no traceback), 130 when interrupted."""
+    use_cpu_cores_unless_chosen()  # this process is ours: chains in parallel over the CPU's cores
     with warnings.catch_warnings():
         # a config's deprecated keys are shown (Python hides DeprecationWarnings outside __main__)
         warnings.filterwarnings("default", category=DeprecationWarning, module=r"bdtree_jax\.cli$")

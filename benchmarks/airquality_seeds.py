@@ -27,6 +27,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> None:
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
     from mixed_tables import _onehot_imputed
     from sklearn.model_selection import KFold

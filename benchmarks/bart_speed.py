@@ -277,6 +277,7 @@ def _iters(args, sampler):
 def _chipman_sigma_scale(X, y, trees: int) -> float:
     """Our sigma prior's harmonic-mean sd in y units (``sqrt(lam) * y_scale``): bartz's
     ``sigma_scale`` that gives it Chipman et al.'s calibration instead of its ``var(y)`` default."""
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     from bdtree_jax.problem.bart import build_bart_problem
 
     problem = build_bart_problem(X, y, n_trees=trees)

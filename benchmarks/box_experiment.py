@@ -87,6 +87,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
+os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
 import bdtree_jax as bd  # noqa: E402
 from bdtree_jax import diagnostics  # noqa: E402
 

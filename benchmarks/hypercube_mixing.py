@@ -33,6 +33,7 @@ def first_separating(post, vertex: np.ndarray) -> int | None:
     """Index of the first draw whose leaves each hold the rows of one vertex (None if never)."""
     import jax
 
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     from bdtree_jax.tree import Tree, leaf_index
 
     trees = Tree(*(np.asarray(a[0]) for a in post.trees))

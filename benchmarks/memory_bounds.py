@@ -66,6 +66,7 @@ def _issue_data(n: int, n_features: int = 20, seed: int = 0):
 
 
 def worker_factor(spec: dict) -> dict:
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
     from bdtree_jax.methods import RunOptions, Tempering, method_from_name
     from bdtree_jax.methods._memory import XLA_FACTOR, estimate_run

@@ -69,6 +69,7 @@ def _rmse(a, b) -> float:
 
 
 def section_penguins(args) -> dict:
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
     from sklearn.model_selection import StratifiedKFold
 

@@ -39,6 +39,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
+os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
 import bdtree_jax as bd
 from bdtree_jax.numpyro import TreeGibbs, bart
 

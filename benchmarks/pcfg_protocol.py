@@ -75,6 +75,7 @@ from sklearn.ensemble import RandomForestClassifier  # noqa: E402
 from sklearn.model_selection import StratifiedKFold  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
+os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
 import bdtree_jax as bd  # noqa: E402
 
 ALL_DATASETS = ("iris", "caesarian", "haberman", "vertebral", "xor")

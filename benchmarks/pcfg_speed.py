@@ -161,6 +161,7 @@ def _key(cfg: dict) -> str:
 
 def _load_xy(cfg: dict):
     """``(X float (n, d), y class codes (n,), n_classes)`` of a configuration."""
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     from bdtree_jax import datasets
 
     if cfg["data"] == "xor":

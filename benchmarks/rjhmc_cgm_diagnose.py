@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 
 def load(name="cgm"):
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
     from bdtree_jax.soft import minmax_scaler
 

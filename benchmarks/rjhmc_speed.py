@@ -187,6 +187,7 @@ COMPILE = CompileTimer()
 def load_data(name):
     import jax.numpy as jnp
 
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
     from bdtree_jax.soft import minmax_scaler
 

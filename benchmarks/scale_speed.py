@@ -177,6 +177,7 @@ def worker_bart(spec: dict) -> dict:
     X, y, _ = make_friedman(n, N_FEATURES, 1.0, seed=spec["data_seed"])
 
     if who == "ours":
+        os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
         import bdtree_jax as bd
 
         def run(T):

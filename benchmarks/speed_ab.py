@@ -70,7 +70,9 @@ print(json.dumps(dict(rate=chains * T / (t2 - t1), t1=t1, t2=t2)))
 
 def _measure(path: Path, workload: str, args) -> dict:
     T = args.cgm_iterations if workload == "cgm" else args.bart_iterations
+    # the same CPU devices for both checkouts (older ones chose min(cpu_count, 8) on import)
     env = dict(os.environ, PYTHONPATH=str(path))
+    env.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))
     out = subprocess.run([sys.executable, "-c", _CHILD, workload, str(T), str(args.cgm_chains), str(args.bart_trees),
                           str(args.bart_n)], env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if out.returncode:

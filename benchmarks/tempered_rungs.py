@@ -23,6 +23,7 @@ import numpy as np
 
 
 def _time_run(kernel, num_chains: int, iterations: int, seed: int = 0):
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     from bdtree_jax.driver import run_chains
 
     def once():

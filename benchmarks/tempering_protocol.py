@@ -98,6 +98,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
+os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
 import bdtree_jax as bd  # noqa: E402
 from bdtree_jax import diagnostics  # noqa: E402
 

@@ -39,6 +39,7 @@ def main(argv=None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    os.environ.setdefault("BDTREE_CPU_DEVICES", str(min(os.cpu_count() or 1, 8)))  # chains over the cores
     import bdtree_jax as bd
 
     X, y, _, _ = bd.datasets.load_split("bcw")

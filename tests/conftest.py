@@ -1,9 +1,26 @@
-"""Test configuration: CPU only, several virtual CPU devices for the sharding tests."""
+"""Test configuration: CPU only, several virtual CPU devices for the sharding tests, and a fast
+compile loop.
+
+Compilation is most of the suite's time, so by default the tests
+
+* keep compiled programs on disk (JAX's persistent compilation cache) in
+  ``$BDTREE_TEST_CACHE`` (default ``~/.cache/bdtree_jax-tests``), one folder per jax/jaxlib
+  version, shared by every job and worker of that version; ``BDTREE_TEST_CACHE=off`` turns it off,
+  and a test or module marked ``pytest.mark.no_compile_cache`` compiles afresh;
+* ask XLA for its cheapest backend optimisation (``--xla_backend_optimization_level=0``: programs
+  compile several times faster and the small test programs run no slower); ``BDTREE_TEST_XLA=default``
+  keeps XLA's default flags (one CI job runs that way, so both builds are tested);
+* free compiled programs only when the process's memory mappings near the kernel's limit.
+"""
 
 import os
+import zlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("BDTREE_CPU_DEVICES", "4")
+if os.environ.get("BDTREE_TEST_XLA", "fast") != "default" and "xla_backend_optimization_level" not in os.environ.get(
+        "XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import matplotlib  # noqa: E402
 
@@ -12,15 +29,45 @@ matplotlib.use("Agg")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-import bdtree_jax  # noqa: E402,F401  (configures the CPU devices before JAX initialises)
+import bdtree_jax  # noqa: E402,F401  (applies BDTREE_CPU_DEVICES before JAX initialises)
 from helpers import TOY_X, TOY_Y_CLASS, TOY_Y_REG  # noqa: E402
 from helpers import toy_problem as toy_problem_factory  # noqa: E402
+
+
+def _compilation_cache_dir() -> str | None:
+    root = os.environ.get("BDTREE_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "bdtree_jax-tests"))
+    if root.lower() in ("off", "0", "none", ""):
+        return None
+    import jaxlib
+
+    return os.path.join(root, f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}")
+
+
+_CACHE_DIR = _compilation_cache_dir()
+if _CACHE_DIR is not None:
+    jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.05)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_compile_cache: compile afresh, not from the persistent cache (memory tests)")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core, at most 4 and one per 5 GB of memory (each worker holds its
+    own compiled programs)."""
+    try:
+        memory_gb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gb = 8
+    return max(1, min(os.cpu_count() or 1, 4, int(memory_gb // 5)))
 
 
 @pytest.fixture
 def key(request):
     """A PRNG key derived from the test id (stable across runs, distinct across tests)."""
-    return jax.random.key(abs(hash(request.node.nodeid)) % (2**31))
+    return jax.random.key(zlib.crc32(request.node.nodeid.encode()) % (2**31))
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +85,43 @@ def toy_problem():
     return toy_problem_factory
 
 
+@pytest.fixture(autouse=True)
+def _compile_cache_opt_out(request):
+    """A test (or module) marked ``no_compile_cache`` compiles without the persistent cache."""
+    if _CACHE_DIR is None or request.node.get_closest_marker("no_compile_cache") is None:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
+
+
+def _memory_maps_near_limit(fraction: float = 0.5) -> bool:
+    """Whether this process holds more than ``fraction`` of ``vm.max_map_count`` memory mappings
+    (True where that cannot be read: then clear, to be safe)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps", "rb") as f:
+            maps = sum(1 for _ in f)
+    except (OSError, ValueError):
+        return True
+    return maps > fraction * limit
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs():
-    """Drop every compiled program after each test module.  XLA's CPU executables each hold
-    memory mappings, and the suite compiles hundreds of distinct programs: kept alive in one
-    process they pass the kernel's ``vm.max_map_count`` (65,530 here) and the next compilation
-    crashes (a segfault inside XLA).  Clearing between modules keeps the count per module."""
+    """Drop every compiled program after a test module when the process's memory mappings near
+    the limit.  XLA's CPU executables each hold memory mappings, and the suite compiles hundreds
+    of distinct programs: kept alive in one process they pass the kernel's ``vm.max_map_count``
+    (65,530 here) and the next compilation crashes (a segfault inside XLA).  Clearing only then
+    keeps the programs later modules share (recompiling them module after module cost ~5 % of the
+    suite)."""
     yield
+    if not _memory_maps_near_limit():
+        return
     import gc
 
     from bdtree_jax import driver as sampling

@@ -492,6 +492,7 @@ def test_grow_prune_sweep_is_tree_by_tree_cgm(valid_cuts, min_leaf_size):
         assert refused_small > 0
 
 
+@pytest.mark.no_compile_cache
 def test_grow_prune_sweep_builds_no_per_tree_row_arrays():
     """The compiled sweep's temporary memory (XLA's own accounting, compile only) grows with the
     rows as a few (n,) arrays, one (count_batch, n) batch of masks and the loop's copy of the kept

@@ -1,5 +1,5 @@
 """Box constraints with a categorical feature and missing cells: the general CGM chain
-(:mod:`bdtree_jax.kernels.cgm_general`, box check in ``score``) against the exact enumerator
+(:mod:`bdtree_jax.kernels.cgm`, box check in ``score``) against the exact enumerator
 (:func:`bdtree_jax.exact.categorical.enumerate_mixed_trees`, its own box rule), and the user-facing
 box specs with level names (:mod:`bdtree_jax.priors.boxes`).
 
@@ -20,7 +20,8 @@ from scipy.special import logsumexp
 
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact.categorical import enumerate_mixed_trees
-from bdtree_jax.kernels import cgm, cgm_general
+from bdtree_jax.kernels import cgm, regrow
+from bdtree_jax.kernels._moves import score
 from bdtree_jax.kernels.tempering import ladder, tempered
 from bdtree_jax.likelihoods import NormalMeanShift
 from bdtree_jax.priors import TreePrior, make_tree_data
@@ -105,8 +106,8 @@ def test_rule_cutting_the_box_has_zero_prior(text, cuts):
     grid, data = _kernel_data(prior)
     _, free = _kernel_data(prior, boxes=None)
     tree = jax.tree.map(jnp.asarray, _tree(text, grid.thresholds))
-    assert np.isfinite(float(cgm_general.score(tree, free, config, 1.0).log_prior))
-    assert np.isfinite(float(cgm_general.score(tree, data, config, 1.0).log_prior)) != cuts
+    assert np.isfinite(float(score(tree, free, config, 1.0).log_prior))
+    assert np.isfinite(float(score(tree, data, config, 1.0).log_prior)) != cuts
     assert bool(violates_boxes_general(tree, data.box_side, data.box_levels)) == cuts
 
 
@@ -120,7 +121,7 @@ def test_kernel_and_enumerator_agree_on_every_tree():
     kept = {s: lp for s, lp, _ in _enumerate(prior, [EXACT_BOX])}
     assert 0 < len(kept) < len(every)
     trees = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *[_tree(s, grid.thresholds) for s, _, _ in every])
-    log_prior = np.asarray(jax.jit(jax.vmap(lambda t: cgm_general.score(t, data, config, 1.0).log_prior))(trees))
+    log_prior = np.asarray(jax.jit(jax.vmap(lambda t: score(t, data, config, 1.0).log_prior))(trees))
     for (s, _, _), lp in zip(every, log_prior):
         assert np.isfinite(lp) == (s in kept), s
         if s in kept:
@@ -136,9 +137,9 @@ def test_cgm_matches_exact_posterior_with_boxes(proposal):
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(prior)
     config = cgm.CGMConfig.from_prior(prior, general_rules=True)
-    algorithm = {"cgm": lambda: cgm_general.sampler(config),
-                 "cgm+regrow": lambda: cgm_general.regrow_sampler(config, True),
-                 "tempered": lambda: tempered(cgm_general.sampler(config), ladder(3))}[proposal]()
+    algorithm = {"cgm": lambda: cgm.cgm(config),
+                 "cgm+regrow": lambda: regrow.with_regrow(config),
+                 "tempered": lambda: tempered(cgm.cgm(config), ladder(3))}[proposal]()
     traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=4, num_iterations=20_000,
                            progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
@@ -152,16 +153,15 @@ def test_cgm_matches_exact_posterior_with_boxes(proposal):
 def test_perturb_and_edit_prior_respect_boxes(chain):
     """The perturb proposal ("cgm+perturb", fixed width, half changes of variable) and the edit
     prior (``initial_tree`` respecting the box: edits that would cut it leave the tree as it is,
-    as in the enumerator's edit process) re-score through ``cgm_general.score``: within TV 0.04
+    as in the enumerator's edit process) re-score through ``_moves.score``: within TV 0.04
     of the exact posteriors under the box (measured 0.011 and 0.013)."""
-    from bdtree_jax.kernels import edit, edit_general, perturb, perturb_general
+    from bdtree_jax.kernels import edit, perturb
 
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(prior)
     config = cgm.CGMConfig.from_prior(prior, general_rules=True)
     if chain == "perturb":
-        algorithm = perturb_general.with_perturb_general(
-            config, perturb.PerturbConfig.from_cgm(config, p_change_var=0.5, adapt=False))
+        algorithm = perturb.with_perturb(config, perturb.PerturbConfig.from_cgm(config, p_change_var=0.5, adapt=False))
         traces, _ = run_chains(algorithm, data, key=jax.random.key(7), num_chains=4, num_iterations=20_000,
                                progress=False)
         sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
@@ -169,10 +169,10 @@ def test_perturb_and_edit_prior_respect_boxes(chain):
         assert _tv(sampled, exact) < 0.04
         return
     t0 = "x1in{1,2}|NA=L(L,L)"
-    tree = edit_general.initial_tree_general(t0, thresholds=grid.thresholds, level_count=grid.level_count,
-                                             nan_bits=True, max_depth=2)
-    edit_config = edit.EditConfig(2, 1, mean_edits=1.5, max_edits=5, regrow_prob=0.5)
-    traces, _ = run_chains(edit_general.edit_prior_general(edit_config),
+    tree = edit.initial_tree(t0, X=X, bins=data.bins, thresholds=grid.thresholds, level_count=grid.level_count,
+                             nan_bits=True, max_depth=2)
+    edit_config = edit.EditConfig(2, 1, mean_edits=1.5, max_edits=5, regrow_prob=0.5, general_rules=True)
+    traces, _ = run_chains(edit.edit_prior(edit_config),
                            edit.EditData(data, jax.tree.map(jnp.asarray, tree)), key=jax.random.key(8), num_chains=4,
                            num_iterations=15_000, progress=False)
     flat = jax.tree.map(lambda a: a[:, 200:], traces["tree"])

@@ -14,7 +14,7 @@ from scipy.special import logsumexp
 
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact.categorical import enumerate_mixed_trees
-from bdtree_jax.kernels import cgm, cgm_general
+from bdtree_jax.kernels import cgm, regrow
 from bdtree_jax.kernels.tempering import ladder, tempered
 from bdtree_jax.likelihoods import NormalMeanShift
 from bdtree_jax.priors import TreePrior, make_tree_data
@@ -69,7 +69,7 @@ def test_cgm_matches_exact_posterior_with_categorical_and_missing(valid_cuts):
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2, valid_cuts=valid_cuts)
     grid, data = _kernel_data(X, prior)
     config = cgm.CGMConfig.from_prior(prior, general_rules=True)
-    traces, _ = run_chains(cgm_general.sampler(config), data, key=jax.random.key(0), num_chains=4, num_iterations=60_000,
+    traces, _ = run_chains(cgm.cgm(config), data, key=jax.random.key(0), num_chains=4, num_iterations=60_000,
                            progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     assert set(sampled) <= set(exact)
@@ -82,7 +82,7 @@ def test_cgm_rule_draws_cover_every_level_partition():
     relative to each other (level sets drawn uniformly: a biased draw shows here)."""
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=1)
     grid, data = _kernel_data(X, prior)
-    traces, _ = run_chains(cgm_general.sampler(cgm.CGMConfig.from_prior(prior, general_rules=True)), data,
+    traces, _ = run_chains(cgm.cgm(cgm.CGMConfig.from_prior(prior, general_rules=True)), data,
                            key=jax.random.key(1), num_chains=2, num_iterations=20_000, progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     roots = [s for s in exact if s.startswith("x1in")]
@@ -97,7 +97,7 @@ def test_tempered_cgm_matches_exact_posterior():
     within TV 0.04 of the exact posterior."""
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
-    algorithm = tempered(cgm_general.sampler(cgm.CGMConfig.from_prior(prior, general_rules=True)), ladder(4))
+    algorithm = tempered(cgm.cgm(cgm.CGMConfig.from_prior(prior, general_rules=True)), ladder(4))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(2), num_chains=2, num_iterations=60_000,
                            progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
@@ -111,7 +111,8 @@ def test_regrow_matches_exact_posterior(with_cgm):
     alone and mixed with CGM: within TV 0.04 of the exact posterior."""
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
-    algorithm = cgm_general.regrow_sampler(cgm.CGMConfig.from_prior(prior, general_rules=True), with_cgm)
+    config = cgm.CGMConfig.from_prior(prior, general_rules=True)
+    algorithm = regrow.with_regrow(config) if with_cgm else regrow.regrow(regrow.RegrowConfig(2))
     # regrow alone moves in smaller steps through the 1,089 trees: more draws for the same noise
     # (0.041 at 4 x 40k, 0.023 at 4 x 160k)
     traces, _ = run_chains(algorithm, data, key=jax.random.key(3), num_chains=4,

@@ -28,7 +28,7 @@ from scipy.special import logsumexp
 
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact.categorical import enumerate_mixed_trees
-from bdtree_jax.kernels import cgm, edit, edit_general, perturb, perturb_general
+from bdtree_jax.kernels import cgm, edit, perturb
 from bdtree_jax.likelihoods import NormalMeanShift
 from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.tree import MISSING_CODE, to_string
@@ -83,8 +83,7 @@ def test_perturb_matches_exact_posterior():
     change of variable's ``p_rule`` ratio gives 0.108 at 4 x 20k)."""
     grid, data = _kernel_data(PRIOR)
     config = cgm.CGMConfig.from_prior(PRIOR, general_rules=True)
-    algorithm = perturb_general.with_perturb_general(
-        config, perturb.PerturbConfig.from_cgm(config, p_change_var=0.5, adapt=False))
+    algorithm = perturb.with_perturb(config, perturb.PerturbConfig.from_cgm(config, p_change_var=0.5, adapt=False))
     traces, _ = run_chains(algorithm, data, key=jax.random.key(5), num_chains=4, num_iterations=30_000,
                            progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(PRIOR)
@@ -99,10 +98,10 @@ def test_edit_prior_matches_exact_posterior():
     (0.018 measured; 0.019 at 4 x 10k); the exact law puts 0.47 of its prior mass on ``T0``, so the
     plain CGM98 posterior is far from it."""
     grid, data = _kernel_data(PRIOR)
-    tree = edit_general.initial_tree_general(T0, thresholds=grid.thresholds, level_count=grid.level_count,
-                                             nan_bits=True, max_depth=2)
-    config = edit.EditConfig(2, 1, mean_edits=MEAN_EDITS, max_edits=MAX_EDITS, regrow_prob=0.5)
-    traces, _ = run_chains(edit_general.edit_prior_general(config), edit.EditData(data, jax.tree.map(jnp.asarray, tree)),
+    tree = edit.initial_tree(T0, X=X, bins=data.bins, thresholds=grid.thresholds, level_count=grid.level_count,
+                             nan_bits=True, max_depth=2)
+    config = edit.EditConfig(2, 1, mean_edits=MEAN_EDITS, max_edits=MAX_EDITS, regrow_prob=0.5, general_rules=True)
+    traces, _ = run_chains(edit.edit_prior(config), edit.EditData(data, jax.tree.map(jnp.asarray, tree)),
                            key=jax.random.key(6), num_chains=4, num_iterations=15_000, progress=False)
     sampled = _frequencies(traces, grid.thresholds, burn=200)
     exact = _exact(PRIOR, initial_tree=T0, mean_edits=MEAN_EDITS, max_edits=MAX_EDITS)

@@ -29,6 +29,8 @@ from bdtree_jax.problem import build_problem
 from bdtree_jax.tree import MAX_DEPTH
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.no_compile_cache  # memory is measured: compile afresh
+
 SAMPLERS = ("cgm", "pg", "wu", "smc", "hmc-df")
 
 _CAP_SCRIPT = textwrap.dedent("""

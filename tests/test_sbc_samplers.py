@@ -88,7 +88,7 @@ def plant_bart(monkeypatch, sampler, general=False):
     proposals without ``log_q_ratio`` (``cgm.propose``), CGM's MH ratio without the proposal terms
     (``cgm.mh_log_ratio``), PG's particle increments halved (``smc._advance``: the particles then
     target ``p(T) L(T)**0.5``); on the general-rule path (``general``) grow-prune's and CGM's MH
-    ratio without the proposal terms (``cgm_general.mh_log_ratio``)."""
+    ratio without the proposal terms (``cgm.mh_log_ratio``)."""
     def sigma_shape_plus_one(orig, key, residual, nu, lam):  # nu + 2 with nu lam kept: the shape grows by one
         return orig(key, residual, nu + 2.0, lam * nu / (nu + 2.0))
 
@@ -97,9 +97,7 @@ def plant_bart(monkeypatch, sampler, general=False):
     planted(monkeypatch, BARTLeafNormal, "posterior_factors", lambda orig, self, n: sd_up(orig(self, n)), 2)
     planted(monkeypatch, BARTLeafNormal, "leaf_posterior", lambda orig, self, stats: sd_up(orig(self, stats)), 2)
     if general and sampler != "pg":
-        from bdtree_jax.kernels import cgm_general
-
-        planted(monkeypatch, cgm_general, "mh_log_ratio", lambda orig, dl, dp, q: orig(dl, dp, 0.0 * q), 3)
+        planted(monkeypatch, cgm, "mh_log_ratio", lambda orig, dl, dp, q: orig(dl, dp, 0.0 * q), 3)
     elif sampler == "grow-prune":
         def no_q(orig, *args, **kw):
             p = orig(*args, **kw)

@@ -1,10 +1,19 @@
 """Tree moves shared by the hard-tree kernels (CGM, prune-and-regrow, perturb, the edit prior, SMC,
 PG, the WU restructure, BART): the scored state of one tree (:class:`CGMState`, with its cached
-statistics, bounds, log-likelihood and log-prior), re-scoring it in full (:func:`score`) or from
-cached statistics (:func:`with_scores`), grow and prune proposals that touch one node
-(:func:`propose_grow`, :func:`propose_prune`), the nodes each move can act on (:func:`targets`), the
-inverse-CDF choices of a node and a rule (:func:`pick`, :func:`draw_rule`) and the MH log-ratio
-(:func:`mh_log_ratio`).
+statistics, bounds, log-likelihood and log-prior), re-scoring it in full (:func:`score`, from the
+rows' leaves and the nodes' statistics: :func:`rescore`) or from cached statistics
+(:func:`with_scores`), grow and prune proposals that touch one node (:func:`propose_grow`,
+:func:`propose_prune`), the tree after a grow / prune / change / swap (:func:`moved_tree`), the
+nodes each move can act on (:func:`targets`), the inverse-CDF choices of a node and a rule
+(:func:`pick`, :func:`draw_rule`), the rule law at a node (:func:`draw_prior_rule`,
+:func:`log_prior_rule`) and the MH log-ratio (:func:`mh_log_ratio`).
+
+**Numeric and general data.**  On data with categorical features or missing values
+(:func:`~bdtree_jax.priors.categorical.general_rules`, decided statically from the data) a rule is
+a :class:`~bdtree_jax.tree.Rule` with a level set and a missing-value bit, drawn and scored by the
+rule prior of :mod:`bdtree_jax.priors.categorical` (each node also caches its available levels,
+``CGMState.levels``); on numeric data (no categorical feature, no missing cell) the same functions
+run the numeric rule prior of :mod:`bdtree_jax.priors` (a feature and a cut).
 
 ``config`` arguments are a :class:`~bdtree_jax.kernels.cgm.CGMConfig` (only its ``min_leaf_size``
 is read).
@@ -12,19 +21,27 @@ is read).
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from .._types import Array
 from ..data import TreeData
 from ..priors import (
-    child_bounds, draw_cut, leaf_size_log_prior, log_tree_prior, node_bounds, node_stats, splittable,
+    child_bounds, draw_cut, leaf_size_log_prior, log_rule_prob, log_tree_prior, node_bounds, node_stats, split_mask,
 )
-from ..tree import Tree, grow, leaf_nodes, nog_nodes, prune
+from ..priors.boxes import violates_boxes_general
+from ..priors.categorical import (
+    available_levels, draw_rule_general, general_rules, log_rule_prob_general, log_tree_prior_general, rule_available,
+)
+from ..tree import Rule, Tree, change, grow, leaf_nodes, make_tree, nog_nodes, prune, swap
 
 __all__ = [
-    "CGMState", "with_scores", "score", "propose_grow", "propose_prune", "targets", "pick", "draw_rule", "mh_log_ratio",
+    "CGMState", "with_scores", "score", "rescore", "propose_grow", "propose_prune", "moved_tree", "change_rule",
+    "targets", "pick", "draw_rule", "draw_prior_rule", "log_prior_rule", "mh_log_ratio",
 ]
 
 
@@ -65,11 +82,31 @@ def with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_siz
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
 
+@functools.partial(jax.jit, static_argnames="config")
 def score(tree: Tree, data: TreeData, config, beta) -> CGMState:
-    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data)."""
+    """Full (re)computation of the cached statistics of ``tree`` (one pass over the data).
+    Compiled as one program (called outside a kernel, e.g. to score an initial tree, it would
+    otherwise run operation by operation)."""
     leaf_id, stats = node_stats(tree, data)
+    return rescore(tree, leaf_id, stats, data, config, beta)
+
+
+def rescore(tree: Tree, leaf_id: Array, stats: Array, data: TreeData, config, beta) -> CGMState:
+    """:func:`score` given the rows' leaves ``leaf_id`` (n,) and the nodes' ``stats`` (N, S) (the
+    moves that update them locally); only the leaves' stats are read.  On general data the nodes'
+    available levels are computed too, and a tree with a rule cutting a box (ordered intervals
+    and level sets, :mod:`bdtree_jax.priors.boxes`) has prior 0."""
     lo, hi = node_bounds(tree, leaf_id, data, config.min_leaf_size)
-    return with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
+    if not general_rules(data):
+        return with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
+    levels = available_levels(tree, leaf_id, data)
+    is_leaf = leaf_nodes(tree)
+    log_lik = data.likelihood.log_lik(stats, is_leaf)
+    log_prior = log_tree_prior_general(tree, lo, hi, levels, data)
+    log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, config.min_leaf_size)
+    if data.box_side is not None:
+        log_prior = jnp.where(violates_boxes_general(tree, data.box_side, data.box_levels), -jnp.inf, log_prior)
+    return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32), levels)
 
 
 def propose_grow(state: CGMState, node, feature, cut, data: TreeData, config) -> CGMState:
@@ -100,13 +137,35 @@ def propose_prune(state: CGMState, node, data: TreeData, min_leaf_size: int = 1)
     )
 
 
+def moved_tree(tree: Tree, move: Array, node: Array, rule: Rule) -> Tree:
+    """The tree after ``move`` (0 grow, 1 prune, 2 change, 3 swap) at ``node`` (grow and change
+    to ``rule``) as selects over one copy of each array: the same tree as the move's own edit
+    (:func:`~bdtree_jax.tree.grow`, ... :func:`~bdtree_jax.tree.swap`) without building all four."""
+    m = jnp.clip(move, 0, 3)
+    swapped = swap(tree, node)
+    is_split = tree.is_split.at[node].set(jnp.where(m == 0, True, jnp.where(m == 1, False, tree.is_split[node])))
+
+    def field(a, b, v):
+        if a is None:
+            return None
+        return jnp.where(m == 3, b, a.at[node].set(jnp.where(m == 1, 0, v).astype(a.dtype)))
+
+    return make_tree(is_split, *(field(a, b, v) for a, b, v in zip(tree[1:], swapped[1:], rule)))
+
+
+def change_rule(tree: Tree, node: Array, rule: Rule) -> Tree:
+    """``tree`` with splitting ``node``'s rule replaced by ``rule`` (:func:`~bdtree_jax.tree.change`)."""
+    general = rule.nan_left is not None or rule.levels_left is not None
+    return change(tree, node, rule.feature, rule.cut, rule if general else None)
+
+
 def targets(state: CGMState, data: TreeData, can_split: Array | None = None) -> Array:
     """(4, N) bool: the nodes each move can act on (grow, prune, change, swap).  ``can_split``
-    (N,) bool: :func:`~bdtree_jax.priors.splittable` of the nodes when the caller keeps it (BART),
-    else computed from the bounds."""
+    (N,) bool: the nodes with an available rule (an ordered cut, or two levels) and a positive
+    split probability when the caller keeps it (BART), else computed from the availability."""
     leaf = leaf_nodes(state.tree)
     if can_split is None:
-        can_split = splittable(state.lo, state.hi, data.split_prob)
+        can_split = jnp.any(rule_available(state.lo, state.hi, state.levels), axis=-1) & (split_mask(data.split_prob) > 0)
     growable = leaf & can_split
     internal = state.tree.is_split
     return jnp.stack([growable, nog_nodes(state.tree), internal, internal.at[0].set(False)])
@@ -127,6 +186,26 @@ def draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Ar
     width = jnp.maximum(hi - lo, 0)
     f = pick(width > 0, u_feature)
     return f, draw_cut(cumwidth, f, lo[f], hi[f], u_cut)
+
+
+def draw_prior_rule(u_feature: Array, u_cut: Array, u_nan: Array | None, key, lo: Array, hi: Array,
+                    levels: Array | None, data: TreeData, nan_bits: bool = False) -> Rule:
+    """A rule from ``p_rule`` at a node whose availability is ``lo, hi`` (F,) and ``levels``
+    (F, W) (None without categorical features).  Numeric data: :func:`draw_rule` (``u_nan`` and
+    ``key`` unused); general data: :func:`~bdtree_jax.priors.categorical.draw_rule_general` (the
+    level set from ``key``, the missing-value bit ``u_nan < 1/2`` when ``nan_bits``)."""
+    if not general_rules(data):
+        return Rule(*draw_rule(u_feature, u_cut, lo, hi, data.cut_cumwidth))
+    return draw_rule_general(key, u_feature, u_cut, u_nan, lo, hi, levels, data, nan_bits)
+
+
+def log_prior_rule(lo: Array, hi: Array, levels: Array | None, rule: Rule, data: TreeData) -> Array:
+    """``log p_rule(rule)`` at a node whose availability is ``lo, hi`` (F,) and ``levels`` (F, W)
+    (:func:`~bdtree_jax.priors.log_rule_prob`, or on general data
+    :func:`~bdtree_jax.priors.categorical.log_rule_prob_general`)."""
+    if not general_rules(data):
+        return log_rule_prob(lo, hi, rule.feature, rule.cut, data.cut_cumwidth)
+    return log_rule_prob_general(lo, hi, levels, rule, data)
 
 
 def mh_log_ratio(tempered_d_log_lik, d_log_prior, log_q_ratio):

@@ -39,6 +39,26 @@ integer type, the node sums are one plain segment sum (no CPU scatter lanes, whi
 each chain writes), and the valid-cut bounds one max of ``(-bins, bins)`` in that narrow type --
 about 250 kB per chain and step instead of 450 kB, the same chain (the same trees and acceptances
 as the incremental kernel; ``benchmarks/cgm_many_chains.py`` measures it).
+
+**Categorical features and missing values** (docs/categorical-missing.md; decided statically from
+the data, :func:`~bdtree_jax.priors.categorical.general_rules`, with ``CGMConfig.general_rules``
+for the draws).  The same chain with the rule prior of :mod:`bdtree_jax.priors.categorical`: a
+rule may be a set of levels of a categorical feature, and every rule carries the side missing
+values go to (:func:`~bdtree_jax.kernels._moves.draw_prior_rule`,
+:func:`~bdtree_jax.kernels._moves.log_prior_rule`).  Each step edits the tree and re-scores it
+whole (the branch-free path above, for sequential and batched chains alike): the rules'
+availability at every node (ordered cut intervals from the rows with a value, level sets) comes
+from that pass.  After each proposal a **flip step** changes one rule locally: at a splitting node
+chosen uniformly, its missing-value bit is flipped or (at a categorical rule, half of the time when
+the tree has bits) one of its available levels but the smallest moves to the other side; the
+choice does not depend on the flipped value, so the proposal is symmetric and the ratio is the
+posterior ratio of the two trees.  A step's randomness (:func:`draw` with ``general_rules``) is
+ten uniforms (move, node, feature, cut, accept, missing bit; flip node, kind, level, accept) and a
+key for the level set (its words are redrawn while the set is empty, which makes it exactly
+uniform over the non-empty subsets).  With box constraints (:mod:`bdtree_jax.priors.boxes`:
+ordered intervals and level sets) :func:`~bdtree_jax.kernels._moves.score` gives prior 0 to a
+tree with a rule cutting a box, so every move rejects such a proposal: the chain targets the
+prior restricted to the trees respecting the boxes.
 """
 
 from __future__ import annotations
@@ -53,19 +73,22 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import PinballTables, TreePrior, child_bounds, leaf_size_log_prior, log_rule_prob, log_tree_prior
+from ..priors import PinballTables, TreePrior, child_bounds, leaf_size_log_prior, log_tree_prior
 from ..priors import node_bounds, reduce_subtrees, split_mask, subtree_sums
-from ..tree import Tree, change, empty_tree, in_subtree, leaf_index, leaf_nodes, swap
-from ._moves import CGMState, draw_rule, mh_log_ratio, pick, score, targets, with_scores
+from ..priors.categorical import general_rules
+from ..tree import Rule, Tree, change, empty_tree, in_subtree, leaf_index, leaf_nodes, rule_at, swap
+from ._moves import (
+    CGMState, change_rule, draw_prior_rule, log_prior_rule, mh_log_ratio, moved_tree, pick, score, targets, with_scores,
+)
 from .base import SamplingAlgorithm
 
 __all__ = [
     "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
-    "build_kernel", "cgm", "LocalProposal", "propose", "apply_local",
+    "build_kernel", "cgm", "LocalProposal", "propose", "apply_local", "flip_proposal",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
-_REVERSE = jnp.array([1, 0, 2, 3], jnp.int32)
+_REVERSE = (1, 0, 2, 3)  # the move that undoes each of MOVES (a tuple: no JAX work on import)
 
 
 def _small_int(limit: int | None) -> str:
@@ -93,8 +116,9 @@ class CGMConfig:
         subtree update; best when each chain runs its own program, as on CPU), or re-score the
         whole proposed tree with one branch-free program (best when chains are ``vmap``-ped, as
         on GPU).  Both give the same chain.
-    general_rules : the data have categorical features or missing-value bits: the chain of
-        :mod:`bdtree_jax.kernels.cgm_general` (a whole-tree re-score per step).
+    general_rules : the data have categorical features or missing-value bits: the steps draw a
+        level set and a missing-value bit too (:func:`draw`) and re-score the whole tree (module
+        docstring).
     """
 
     max_depth: int
@@ -136,10 +160,12 @@ class CGMInfo(NamedTuple):
 
 
 def init(key: PRNGKey | None, data: TreeData, config: CGMConfig, tree: Tree | None = None, beta=1.0) -> CGMState:
-    """Initial state at ``tree`` (default: the stump).  ``key`` is unused (kept for the protocol)."""
+    """Initial state at ``tree`` (default: the stump, with the rule fields the data need).  ``key``
+    is unused (kept for the protocol)."""
     del key
     if tree is None:
-        tree = empty_tree(config.max_depth)
+        words = 0 if data.level_masks is None else data.level_masks.shape[-1]
+        tree = empty_tree(config.max_depth, nan_bits=data.missing_code is not None, level_words=words)
     return score(tree, data, config, beta)
 
 
@@ -155,24 +181,33 @@ def _log_move_probs(counts: Array, move_probs: tuple) -> Array:
     return jnp.log(w) - jnp.log(jnp.maximum(w.sum(), 1e-30))
 
 
-def draw(key: PRNGKey) -> Array:
-    """The randomness of one step: (5,) uniforms (move, node, feature, cut, accept)."""
-    return jax.random.uniform(key, (5,))
+def draw(key: PRNGKey, general_rules: bool = False):
+    """The randomness of one step: (5,) uniforms (move, node, feature, cut, accept); with
+    ``general_rules`` (10,) uniforms (those, the missing-value bit, and the flip step's node, kind,
+    level and accept) and a key for the level set, from one split."""
+    if not general_rules:
+        return jax.random.uniform(key, (5,))
+    k_uniform, k_rule = jax.random.split(key)
+    return jax.random.uniform(k_uniform, (10,)), k_rule
 
 
 def step(key: PRNGKey, state: CGMState, data: TreeData, config: CGMConfig) -> tuple[CGMState, CGMInfo]:
     """One CGM98 MH proposal (see module docstring)."""
-    return step_with_uniforms(draw(key), state, data, config)
+    return step_with_uniforms(draw(key, config.general_rules), state, data, config)
 
 
-def step_with_uniforms(
-    uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig
-) -> tuple[CGMState, CGMInfo]:
+def step_with_uniforms(draws, state: CGMState, data: TreeData, config: CGMConfig) -> tuple[CGMState, CGMInfo]:
     """:func:`step` given its :func:`draw`; the discrete choices are made by inverse CDF, so the
-    step needs no other randomness."""
-    u_accept = uniforms[4]
+    step needs no other randomness (but a categorical rule's level set, from the draw's key)."""
+    if general_rules(data):
+        uniforms, key = draws
+        move, node, rule, counts, log_p, any_move = _choose(uniforms, state, data, config, key=key)
+        state, info = _full_step(state, move, node, rule, counts, log_p, any_move, uniforms[4], data, config)
+        return _flip_step(uniforms[6:], state, data, config), info
+    u_accept = draws[4]
     tree = state.tree
-    move, node, feature, cut, counts, log_p, any_move = _choose(uniforms, state, data, config)
+    move, node, rule, counts, log_p, any_move = _choose(draws, state, data, config)
+    feature, cut = rule.feature, rule.cut
 
     if config.incremental:
         # Grow, prune and a change at a nog only touch one node and its two children: re-score
@@ -184,7 +219,7 @@ def step_with_uniforms(
             lambda: _local_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
             lambda: _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config),
         )
-    return _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
+    return _full_step(state, move, node, rule, counts, log_p, any_move, u_accept, data, config)
 
 
 def _children_are_leaves(tree: Tree, node: Array) -> Array:
@@ -197,13 +232,16 @@ def _children_are_leaves(tree: Tree, node: Array) -> Array:
     return inside & ~jnp.any(kids)
 
 
-def _rule_probs(state, node, feature, cut, data):
-    """log p_rule of the proposed and of the current rule at ``node`` (its bounds are the same
-    before and after any move that draws a rule there)."""
-    lo, hi, cumwidth = state.lo[node], state.hi[node], data.cut_cumwidth
-    new = log_rule_prob(lo, hi, feature, cut, cumwidth)
-    old = log_rule_prob(lo, hi, state.tree.feature[node], state.tree.cut[node], cumwidth)
-    return new, old
+def _availability(state: CGMState, node: Array):
+    """``lo, hi`` (F,) and ``levels`` (F, W) (None without categorical features) of ``node``."""
+    return state.lo[node], state.hi[node], None if state.levels is None else state.levels[node]
+
+
+def _rule_probs(state, node, rule, data):
+    """log p_rule of the proposed ``rule`` and of the current rule at ``node`` (its availability
+    is the same before and after any move that draws a rule there)."""
+    lo, hi, levels = _availability(state, node)
+    return log_prior_rule(lo, hi, levels, rule, data), log_prior_rule(lo, hi, levels, rule_at(state.tree, node), data)
 
 
 def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
@@ -211,7 +249,7 @@ def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
     log-probabilities ``log_p`` to one with ``counts_new``: move choice, target node and
     rule-proposal terms (module docstring)."""
     log_p_new = _log_move_probs(counts_new, config.move_probs)
-    reverse = _REVERSE[move]
+    reverse = jnp.asarray(_REVERSE, jnp.int32)[move]
     log_q_forward = log_p[move] - jnp.log(counts[move]) + jnp.where((move == 0) | (move == 2), rule_new, 0.0)
     log_q_reverse = (
         log_p_new[reverse]
@@ -222,24 +260,16 @@ def _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config):
     return log_q_reverse - log_q_forward
 
 
-def _full_step(state, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
-    """Batched chains (``config.incremental=False``): edit the tree (cheap selects) and re-score it
-    whole (one pass over the data), whatever the move, then accept or reject."""
-    new_tree = _edit(state.tree, move, node, feature, cut)
-    proposed = _score_batched(new_tree, data, config, state.beta)
-    return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config)
-
-
-def _edit(tree: Tree, move: Array, node: Array, feature: Array, cut: Array) -> Tree:
-    """The tree after ``move`` (grow, prune, change or swap at ``node``) as selects over one
-    copy of each array: the same tree as the move's own edit (:func:`~bdtree_jax.tree.grow`,
-    ... :func:`~bdtree_jax.tree.swap`) without building all four."""
-    m = jnp.clip(move, 0, 3)
-    swapped = swap(tree, node)
-    is_split = tree.is_split.at[node].set(jnp.where(m == 0, True, jnp.where(m == 1, False, tree.is_split[node])))
-    rule = lambda a, v: jnp.where(m == 3, getattr(swapped, a), getattr(tree, a).at[node].set(  # noqa: E731
-        jnp.where(m == 1, 0, v).astype(getattr(tree, a).dtype)))
-    return Tree(is_split, rule("feature", feature), rule("cut", cut))
+def _full_step(state, move, node, rule, counts, log_p, any_move, u_accept, data, config):
+    """Batched chains (``config.incremental=False``) and general data: edit the tree (cheap
+    selects) and re-score it whole (one pass over the data), whatever the move, then accept or
+    reject."""
+    new_tree = moved_tree(state.tree, move, node, rule)
+    if general_rules(data):
+        proposed = score(new_tree, data, config, state.beta)
+    else:
+        proposed = _score_batched(new_tree, data, config, state.beta)
+    return _accept_full(state, proposed, move, node, rule, counts, log_p, any_move, u_accept, data, config)
 
 
 def _narrow_bins_dtype(data: TreeData):
@@ -299,11 +329,11 @@ def _score_batched(tree: Tree, data: TreeData, config: CGMConfig, beta) -> CGMSt
     return with_scores(tree, leaf_id, stats, lo, hi, data, beta, config.min_leaf_size)
 
 
-def _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data, config):
+def _accept_full(state, proposed, move, node, rule, counts, log_p, any_move, u_accept, data, config):
     """The MH step from ``state`` to the re-scored ``proposed`` state."""
     proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))  # BART keeps int16
     counts_new = targets(proposed, data).sum(1)
-    rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
+    rule_new, rule_old = _rule_probs(state, node, rule, data)
     log_ratio = mh_log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior,
                              _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config))
     accepted = any_move & (jnp.log(u_accept) < log_ratio)
@@ -335,7 +365,7 @@ def _subtree_step(state, move, node, feature, cut, counts, log_p, any_move, u_ac
         lo, hi = node_bounds(new_tree, leaf_id, data, config.min_leaf_size, rows=moved)
         lo, hi = jnp.where(below[:, None], lo, state.lo), jnp.where(below[:, None], hi, state.hi)
         proposed = with_scores(new_tree, leaf_id, stats, lo, hi, data, state.beta, config.min_leaf_size)
-        return _accept_full(state, proposed, move, node, feature, cut, counts, log_p, any_move, u_accept, data,
+        return _accept_full(state, proposed, move, node, Rule(feature, cut), counts, log_p, any_move, u_accept, data,
                             config)
 
     def reject():
@@ -400,23 +430,25 @@ def propose(uniforms: Array, state: CGMState, data: TreeData, config: CGMConfig,
     if config.move_probs[2] > 0 or config.move_probs[3] > 0:
         raise ValueError("propose() covers grow and prune only; change and swap need the whole-tree re-score "
                          f"(move_probs={config.move_probs}).")
-    move, node, feature, cut, counts, log_p, any_move = _choose(uniforms, state, data, config, can_split)
-    return _propose_local(state, move, node, feature, cut, counts, log_p, any_move, data, config, count_rows)
+    move, node, rule, counts, log_p, any_move = _choose(uniforms, state, data, config, can_split)
+    return _propose_local(state, move, node, rule.feature, rule.cut, counts, log_p, any_move, data, config, count_rows)
 
 
-def _choose(uniforms, state, data, config, can_split=None):
+def _choose(uniforms, state, data, config, can_split=None, key=None):
     """The move (by ``move_probs`` renormalised over the moves with targets), its node (uniform
     over the targets) and a rule from ``p_rule`` at that node, each by inverse CDF of one of the
-    step's uniforms.  Returns ``(move, node, feature, cut, counts, log_p, any_move)``: the (4,)
-    target counts and move log-probabilities, and whether any move is possible."""
+    step's uniforms (general data: the missing-value bit ``uniforms[5]``, the level set from
+    ``key``).  Returns ``(move, node, rule, counts, log_p, any_move)``: the (4,) target counts and
+    move log-probabilities, and whether any move is possible."""
     u_move, u_node, u_feature, u_cut = uniforms[0], uniforms[1], uniforms[2], uniforms[3]
     target_nodes = targets(state, data, can_split)
     counts = target_nodes.sum(1)
     log_p = _log_move_probs(counts, config.move_probs)
     move = _choose_move(log_p, u_move)
     node = pick(target_nodes[move], u_node)
-    feature, cut = draw_rule(u_feature, u_cut, state.lo[node], state.hi[node], data.cut_cumwidth)
-    return move, node, feature, cut, counts, log_p, jnp.any(counts > 0)
+    u_nan = uniforms[5] if key is not None else None
+    rule = draw_prior_rule(u_feature, u_cut, u_nan, key, *_availability(state, node), data, state.tree.nan_left is not None)
+    return move, node, rule, counts, log_p, jnp.any(counts > 0)
 
 
 def _bins_by_feature(data: TreeData) -> Array:
@@ -464,7 +496,7 @@ def _propose_local(state, move, node, feature, cut, counts, log_p, any_move, dat
     may_child = split_mask(data.split_prob)[jnp.minimum(left_child, n_nodes - 1)] > 0
     can_old = jnp.any(old_hi > old_lo, axis=1) & may_child
     can_new = jnp.any(new_hi > new_lo, axis=1) & may_child
-    rule_new, rule_old = _rule_probs(state, node, feature, cut, data)
+    rule_new, rule_old = _rule_probs(state, node, Rule(feature, cut), data)
     if isinstance(data.split_prob, PinballTables) or data.box_side is not None:
         proposed_tree = Tree(
             tree.is_split.at[node].set(splits),
@@ -573,6 +605,48 @@ def apply_local(state: CGMState, prop: LocalProposal, accepted: Array) -> tuple[
             put(state.hi, child_value(prop.hi, old(state.hi))))
 
 
+def flip_proposal(uniforms: Array, state: CGMState) -> tuple[Array, Rule, Array]:
+    """The flip step's proposal (module docstring) from ``uniforms`` (3,) (node, kind, level):
+    ``(node, rule, possible)``, the splitting node, its rule with the missing-value bit flipped or
+    one available level but the smallest moved to the other side, and whether a flip is possible
+    (the tree splits, and has bits or the node's rule is categorical)."""
+    tree = state.tree
+    internal = tree.is_split
+    node = pick(internal, uniforms[0])
+    rule = rule_at(tree, node)
+    bits = tree.nan_left is not None
+    categorical = jnp.any(rule.levels_left != 0) if rule.levels_left is not None else jnp.bool_(False)
+    flip_level = categorical & ((uniforms[1] < 0.5) if bits else True)
+    possible = jnp.any(internal) & (flip_level | bits)
+    new_rule = rule
+    if bits:
+        new_rule = new_rule._replace(nan_left=jnp.where(flip_level, rule.nan_left, ~rule.nan_left))
+    if rule.levels_left is not None:
+        avail = state.levels[node, rule.feature]
+        low = avail & (~avail + jnp.uint32(1))
+        low = jnp.where(jnp.cumsum(avail != 0) - (avail != 0) > 0, jnp.uint32(0), low)  # the lowest word's only
+        eligible = avail & ~low
+        bit_index = jnp.arange(32 * eligible.shape[-1])
+        on = ((eligible[bit_index // 32] >> (bit_index % 32).astype(jnp.uint32)) & 1) == 1
+        chosen = pick(on, uniforms[2])
+        flip = jnp.where(jnp.arange(eligible.shape[-1]) == chosen // 32,
+                         jnp.uint32(1) << (chosen % 32).astype(jnp.uint32), jnp.uint32(0))
+        new_rule = new_rule._replace(levels_left=jnp.where(flip_level, rule.levels_left ^ flip, rule.levels_left))
+    return node, new_rule, possible
+
+
+def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
+    """The flip step after each proposal on general data (:func:`flip_proposal`; a flip that
+    empties the left set has prior 0 and is rejected).  ``uniforms``: (4,) node, kind, level,
+    accept."""
+    node, rule, possible = flip_proposal(uniforms, state)
+    proposed = score(change_rule(state.tree, node, rule), data, config, state.beta)
+    proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
+    log_ratio = mh_log_ratio(state.beta * (proposed.log_lik - state.log_lik), proposed.log_prior - state.log_prior, 0.0)
+    accepted = possible & (jnp.log(uniforms[3]) < log_ratio)
+    return jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
+
+
 def trace(state: CGMState, info: CGMInfo, trace_dtypes=("int32", "int32")) -> dict:
     """What the driver records per iteration (the tree in ``trace_dtypes``).  ``n_leaves`` and
     ``depth`` are derived from the recorded trees by the driver after each block
@@ -607,10 +681,8 @@ def cgm(config: CGMConfig) -> SamplingAlgorithm:
     def trace_fn(state, info):
         return trace(state, info, config.trace_dtypes)
 
-    if config.general_rules:
-        raise ValueError("cgm(config) with general_rules: use bdtree_jax.kernels.cgm_general.sampler(config).")
-
     def init_fn(key, data):
         return init(key, data, config)
 
-    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn, draw, steps_per_pass=2)
+    return SamplingAlgorithm(init_fn, build_kernel(config), trace_fn,
+                             functools.partial(draw, general_rules=config.general_rules), steps_per_pass=2)

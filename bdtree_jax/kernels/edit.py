@@ -28,11 +28,27 @@ times the likelihood.  Two kinds of MH move:
       r_regrow = (L(T') / L(T))^β (K + 1) / (K' + 1)
 
 ``regrow_prob`` mixes the two (0: local only, 1: regrow only).
+
+**Categorical features and missing values** (docs/categorical-missing.md; decided statically from
+the data).  The initial tree is a :class:`~bdtree_jax.tree.MixedTree` (:func:`initial_tree`).  An
+edit's targets are then grow: leaves with an available rule and a positive split probability;
+prune: splitting nodes whose children are leaves; change: splitting nodes; and grow / change draw
+a whole rule from the general rule prior at the node
+(:func:`~bdtree_jax.priors.categorical.draw_rule_general`: a feature uniformly among those with an
+available rule, then an ordered cut with the ``split_prior`` weights, or a categorical level set
+uniformly among the ``2^(k-1) - 1`` partitions of the node's ``k`` available levels, and the
+missing-value bit ``Bernoulli(1/2)``).  A change keeps the node's subtrees, so replacing a level
+set, flipping a missing-value bit, or both at once are each *one* edit.  The sampler and its
+ratios are the same (each edit's randomness is drawn from its base law by both moves); an edit's
+randomness is five uniforms (move, node, feature, cut, missing bit) and a PRNG key (the level
+set's words, redrawn while empty), which the path stores as ``(max_edits, 5)`` float32 and
+``(max_edits, K)`` uint32 key data, and each edit re-scores the whole tree.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -42,12 +58,13 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..tree import Tree, change, n_leaves, tree_depth
+from ..priors.categorical import general_rules
+from ..tree import Tree, n_leaves, tree_depth
 from . import cgm
-from ._moves import draw_rule, pick, propose_grow, propose_prune, score, targets
+from ._moves import change_rule, draw_prior_rule, moved_tree, pick, propose_grow, propose_prune, score, targets
 from .base import SamplingAlgorithm
 
-__all__ = ["EditConfig", "EditData", "EditState", "apply_edit", "replay", "edit_prior", "initial_tree_from"]
+__all__ = ["EditConfig", "EditData", "EditState", "apply_edit", "replay", "edit_prior", "initial_tree"]
 
 MOVES = ("append", "delete", "regrow")
 
@@ -63,6 +80,7 @@ class EditConfig:
     max_edits : truncation of the number of edits (a static shape).
     regrow_prob : probability that a step is a regrow move (else a local append / delete).
     trace_dtypes : integer types of the recorded trees.
+    general_rules : the data have categorical features or missing values (the edits' draws).
     """
 
     max_depth: int
@@ -71,6 +89,7 @@ class EditConfig:
     max_edits: int = 20
     regrow_prob: float = 0.5
     trace_dtypes: tuple = ("int32", "int32")
+    general_rules: bool = False
 
     def __post_init__(self):
         if not (np.isfinite(self.mean_edits) and self.mean_edits > 0):
@@ -86,7 +105,8 @@ class EditConfig:
 
     @property
     def cgm(self) -> cgm.CGMConfig:
-        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, trace_dtypes=self.trace_dtypes)
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, trace_dtypes=self.trace_dtypes,
+                             general_rules=self.general_rules)
 
 
 class EditData(NamedTuple):
@@ -103,7 +123,8 @@ class EditState(NamedTuple):
     ----------
     current : CGMState of the current tree ``T(K, U)`` (its cached statistics).
     n_edits : () int32 ``K``.
-    edits : (max_edits, 4) float32 the uniforms of the edits (rows ``>= K`` are 0).
+    edits : (max_edits, 4) float32 the uniforms of the edits (rows ``>= K`` are 0); on general
+        data ((max_edits, 5) float32, (max_edits, K) uint32 key data).
     log_lik : () float32 ``log L(T)`` (untempered).
     beta : () float32 inverse temperature.
     """
@@ -115,36 +136,48 @@ class EditState(NamedTuple):
     beta: Array
 
 
-def apply_edit(state: cgm.CGMState, u: Array, data: TreeData, config: cgm.CGMConfig) -> cgm.CGMState:
-    """One edit of the prior's process driven by ``u`` (4,) uniforms (move, node, feature, cut)."""
+def apply_edit(state: cgm.CGMState, edit, data: TreeData, config: cgm.CGMConfig) -> cgm.CGMState:
+    """One edit of the prior's process driven by ``edit``: (4,) uniforms (move, node, feature,
+    cut), on general data ((5,) uniforms (those and the missing-value bit), (K,) key data); the
+    state unchanged when the edit is a no-op.  Numeric data: a grow or a prune touches one node
+    (:func:`~bdtree_jax.kernels._moves.propose_grow`); general data: every edit re-scores the tree."""
+    general = general_rules(data)
+    u, key = (edit[0], jax.random.wrap_key_data(edit[1])) if general else (edit, None)
     move_targets = targets(state, data)[:3]
     counts = move_targets.sum(1)
     w = (counts > 0).astype(jnp.float32)
     cdf = jnp.cumsum(w)
     move = jnp.minimum(jnp.sum(u[0] * cdf[-1] >= cdf[:-1]), 2).astype(jnp.int32)
     node = pick(move_targets[move], u[1])
-    feature, cut = draw_rule(u[2], u[3], state.lo[node], state.hi[node], data.cut_cumwidth)
-    proposed = jax.lax.switch(
-        move,
-        (
-            lambda: propose_grow(state, node, feature, cut, data, config),
-            lambda: propose_prune(state, node, data),
-            lambda: score(change(state.tree, node, feature, cut), data, config, state.beta),
-        ),
-    )
+    levels = None if state.levels is None else state.levels[node]
+    rule = draw_prior_rule(u[2], u[3], u[4] if general else None, key, state.lo[node], state.hi[node], levels, data,
+                           state.tree.nan_left is not None)
+    if general:
+        proposed = score(moved_tree(state.tree, move, node, rule), data, config, state.beta)
+        proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
+    else:
+        proposed = jax.lax.switch(
+            move,
+            (
+                lambda: propose_grow(state, node, rule.feature, rule.cut, data, config),
+                lambda: propose_prune(state, node, data),
+                lambda: score(change_rule(state.tree, node, rule), data, config, state.beta),
+            ),
+        )
     ok = (counts[move] > 0) & jnp.isfinite(proposed.log_prior)
     return jax.tree.map(lambda a, b: jnp.where(ok, a, b), proposed, state)
 
 
-def replay(start: cgm.CGMState, edits: Array, n_edits: Array, data: TreeData, config: cgm.CGMConfig) -> cgm.CGMState:
-    """The state after the first ``n_edits`` rows of ``edits`` (max_edits, 4) applied to ``start``."""
+def replay(start: cgm.CGMState, edits, n_edits: Array, data: TreeData, config: cgm.CGMConfig) -> cgm.CGMState:
+    """The state after the first ``n_edits`` rows of ``edits`` (:class:`EditState`'s) applied to
+    ``start``."""
 
     def body(state, xs):
-        k, u = xs
-        new = apply_edit(state, u, data, config)
+        k, edit = xs
+        new = apply_edit(state, edit, data, config)
         return jax.tree.map(lambda a, b: jnp.where(k < n_edits, a, b), new, state), None
 
-    return jax.lax.scan(body, start, (jnp.arange(edits.shape[0]), edits))[0]
+    return jax.lax.scan(body, start, (jnp.arange(jax.tree.leaves(edits)[0].shape[0]), edits))[0]
 
 
 def _p_append(k, max_edits):
@@ -158,11 +191,35 @@ def _truncated_geometric(u, q: float, m_max):
     return jnp.clip(m, 0, m_max)
 
 
-def draw(key: PRNGKey, max_edits: int):
-    """Randomness of one step: (4,) (kind, accept, choice point, tail length), (4,) the appended
-    edit, (max_edits, 4) the regrown tail."""
+def _key_words() -> int:
+    """Words of the default PRNG implementation's key data."""
+    return int(jax.random.key_data(jax.random.key(0)).shape[-1])
+
+
+def _draw_edits(key: PRNGKey, shape: tuple, general_rules: bool):
+    """Randomness of edits: ``shape + (4,)`` uniforms; with ``general_rules`` ``shape + (5,)``
+    uniforms and ``shape + (K,)`` uint32 key data."""
+    if not general_rules:
+        return jax.random.uniform(key, shape + (4,))
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key
+        key = jax.random.wrap_key_data(key)
+    k1, k2 = jax.random.split(key)
+    n = int(np.prod(shape, dtype=int))
+    keys = jax.random.key_data(jax.random.split(k2, max(n, 1)))[:n]
+    return jax.random.uniform(k1, shape + (5,)), keys.reshape(shape + (-1,))
+
+
+def draw(key: PRNGKey, max_edits: int, general_rules: bool = False):
+    """Randomness of one step: (4,) (kind, accept, choice point, tail length), the appended edit
+    and the regrown tail (``max_edits`` edits), each as :func:`_draw_edits`."""
     k1, k2, k3 = jax.random.split(key, 3)
-    return (jax.random.uniform(k1, (4,)), jax.random.uniform(k2, (4,)), jax.random.uniform(k3, (max_edits, 4)))
+    return (jax.random.uniform(k1, (4,)), _draw_edits(k2, (), general_rules),
+            _draw_edits(k3, (max_edits,), general_rules))
+
+
+def _rows_where(mask: Array, a, b):
+    """Per edit row: ``a`` where ``mask`` (M,), else ``b`` (pytrees of (M, ...) arrays)."""
+    return jax.tree.map(lambda x, y: jnp.where(mask.reshape((-1,) + (1,) * (x.ndim - 1)), x, y), a, b)
 
 
 def _initial(data: EditData, config: EditConfig) -> cgm.CGMState:
@@ -180,19 +237,19 @@ def step_with_uniforms(uniforms, state: EditState, data: EditData, config: EditC
     slots = jnp.arange(M)
     regrow = u_kind < config.regrow_prob
     append = ~regrow & (jnp.where(K == 0, 0.0, jnp.where(K >= M, 1.0, u_point)) < _p_append(K, M))
+    zeros = jax.tree.map(jnp.zeros_like, state.edits)
 
     # regrow: keep edits < j, a fresh tail of m edits; delete: drop edit K - 1
     j = jnp.minimum(jnp.floor(u_point * (K + 1)).astype(jnp.int32), K)
     m = _truncated_geometric(u_len, q, M - j)
     k_regrow = j + m
-    edits_regrow = jnp.where((slots < j)[:, None], state.edits, u_tail)
-    edits_regrow = jnp.where((slots < k_regrow)[:, None], edits_regrow, 0.0)
+    edits_regrow = _rows_where(slots < k_regrow, _rows_where(slots < j, state.edits, u_tail), zeros)
     k_delete = jnp.maximum(K - 1, 0)
-    edits_delete = jnp.where((slots < k_delete)[:, None], state.edits, 0.0)
+    edits_delete = _rows_where(slots < k_delete, state.edits, zeros)
+    edits_append = jax.tree.map(lambda a, e: a.at[jnp.minimum(K, M - 1)].set(e), state.edits, u_edit)
     new_k = jnp.where(append, K + 1, jnp.where(regrow, k_regrow, k_delete))
-    new_edits = jnp.where(
-        append, state.edits.at[jnp.minimum(K, M - 1)].set(u_edit), jnp.where(regrow, edits_regrow, edits_delete)
-    )
+    new_edits = jax.tree.map(lambda a, r, d: jnp.where(append, a, jnp.where(regrow, r, d)),
+                             edits_append, edits_regrow, edits_delete)
 
     current = state.current
     proposed = jax.lax.cond(
@@ -218,7 +275,7 @@ def trace(state: EditState, info: cgm.CGMInfo, config: EditConfig) -> dict:
     itself has no closed form) and ``n_edits`` is ``K``."""
     t = state.current.tree
     return dict(
-        tree=Tree(t.is_split, t.feature.astype(config.trace_dtypes[0]), t.cut.astype(config.trace_dtypes[1])),
+        tree=t._replace(feature=t.feature.astype(config.trace_dtypes[0]), cut=t.cut.astype(config.trace_dtypes[1])),
         log_lik=state.log_lik,
         log_prior=state.n_edits.astype(jnp.float32) * np.float32(np.log(config.q)),
         n_leaves=n_leaves(t),
@@ -234,11 +291,16 @@ def edit_prior(config: EditConfig) -> SamplingAlgorithm:
     """The edit-prior sampler as a :class:`SamplingAlgorithm` over :class:`EditData`; chains start
     at the initial tree (``K = 0``)."""
 
+    M = config.max_edits
+
     def init_fn(key, data):
         del key
         start = _initial(data, config)
-        return EditState(start, jnp.int32(0), jnp.zeros((config.max_edits, 4), jnp.float32), start.log_lik,
-                         jnp.float32(1.0))
+        if config.general_rules:
+            edits = (jnp.zeros((M, 5), jnp.float32), jnp.zeros((M, _key_words()), jnp.uint32))
+        else:
+            edits = jnp.zeros((M, 4), jnp.float32)
+        return EditState(start, jnp.int32(0), edits, start.log_lik, jnp.float32(1.0))
 
     def kernel(uniforms, state, data):
         return step_with_uniforms(uniforms, state, data, config)
@@ -246,30 +308,91 @@ def edit_prior(config: EditConfig) -> SamplingAlgorithm:
     def trace_fn(state, info):
         return trace(state, info, config)
 
-    return SamplingAlgorithm(init_fn, kernel, trace_fn, functools.partial(draw, max_edits=config.max_edits))
+    return SamplingAlgorithm(init_fn, kernel, trace_fn,
+                             functools.partial(draw, max_edits=M, general_rules=config.general_rules))
 
 
-def initial_tree_from(tree, *, X: np.ndarray, bins: np.ndarray, thresholds: np.ndarray, max_depth: int,
-                      where: str = "") -> Tree:
+def initial_tree(tree, *, X: np.ndarray, bins: np.ndarray, thresholds: np.ndarray, max_depth: int,
+                 level_count: np.ndarray | None = None, nan_bits: bool = False, where: str = "") -> Tree:
     """The initial tree as padded numpy arrays on the training data's cut grid.
 
     Parameters
     ----------
-    tree : a :class:`~bdtree_jax.tree.Tree`, a tree string (:func:`~bdtree_jax.tree.to_string`
-        grammar; thresholds matched to the nearest candidate), or a fitted scikit-learn
-        ``DecisionTreeClassifier`` / ``DecisionTreeRegressor`` (its threshold ``t`` on feature
-        ``f`` becomes the cut that sends the same training rows left: ``x_f <= t``).
+    tree : a tree string (:func:`~bdtree_jax.tree.to_string` grammar, thresholds matched to the
+        nearest candidate: ``x{f}<={t}``, ``x{f}in{a,b}`` with level indices, ``|NA=L`` / ``|NA=R``
+        after every rule when the data have missing-value bits); on numeric data a
+        :class:`~bdtree_jax.tree.Tree` or a fitted scikit-learn ``DecisionTreeClassifier`` /
+        ``DecisionTreeRegressor`` (its threshold ``t`` on feature ``f`` becomes the cut that sends
+        the same training rows left: ``x_f <= t``); on general data a
+        :class:`~bdtree_jax.tree.MixedTree` with the data's fields.
     X : (n, F) training inputs; bins : (n, F) their bin codes; thresholds : (F, C) cut grid.
     max_depth : depth of the padded arrays (the prior's).
-    """
-    from ..tree import from_string, n_nodes
+    level_count : (F,) levels per feature (0: ordered; None: no categorical feature).
+    nan_bits : the data have missing-value bits.
 
+    Returns a :class:`~bdtree_jax.tree.Tree`, or on data with categorical features or missing
+    values a :class:`~bdtree_jax.tree.MixedTree` with the data's fields.
+    """
+    from ..tree import MixedTree, from_string, level_words, n_nodes
+
+    words = level_words(level_count)
+    general = nan_bits or words > 0
     n = n_nodes(max_depth)
+    is_cat = np.zeros(X.shape[1], bool) if level_count is None else np.asarray(level_count) > 0
+    kind = lambda f: f"a level set 'x{f}in{{...}}'" if is_cat[f] else f"a threshold 'x{f}<=t'"  # noqa: E731
     if isinstance(tree, str):
+        for f, op in re.findall(r"x(\d+)(<=|in\{)", tree):
+            f = int(f)
+            if f >= len(is_cat):
+                raise ValueError(f"{where}initial_tree: feature {f} does not exist (the data have {len(is_cat)}).")
+            if is_cat[f] != (op != "<="):
+                raise ValueError(f"{where}initial_tree: a rule on feature {f} must be {kind(f)}.")
+        n_rules, n_bits = tree.count("("), tree.count("|NA=")
+        if nan_bits and n_bits != n_rules:
+            raise ValueError(f"{where}initial_tree: the data have missing values or categorical features, so every "
+                             f"rule needs its missing-value side ('|NA=L' or '|NA=R'); got {tree!r}.")
+        if not nan_bits and n_bits:
+            raise ValueError(f"{where}initial_tree: the data have no missing-value bits; remove '|NA=' from {tree!r}.")
         try:
-            return from_string(tree, thresholds, max_depth)
+            out = from_string(tree, thresholds, max_depth, level_count=level_count)
         except (ValueError, IndexError, AssertionError) as e:
             raise ValueError(f"{where}initial_tree: could not read the tree string ({e}).") from None
+    elif general and isinstance(tree, MixedTree):
+        out = MixedTree(*(None if a is None else np.asarray(a) for a in tree))
+        if (out.nan_left is None) == nan_bits or (out.levels_left is None) != (words == 0) or (
+                out.levels_left is not None and out.levels_left.shape[-1] != words):
+            raise ValueError(f"{where}initial_tree: a MixedTree needs nan_left and levels_left ({words} words) as the "
+                             "data have them.")
+        if out.is_split.shape[-1] != n:
+            raise ValueError(f"{where}initial_tree has {out.is_split.shape[-1]} heap slots; max_depth={max_depth} "
+                             f"needs {n}.")
+    elif general:
+        raise ValueError(f"{where}initial_tree must be a tree string or a MixedTree on data with categorical features "
+                         f"or missing values; got {type(tree).__name__}.")
+    else:
+        return _numeric_initial_tree(tree, X=X, bins=bins, max_depth=max_depth, where=where)
+    for i in np.flatnonzero(out.is_split):
+        f = int(out.feature[i])
+        has_levels = out.levels_left is not None and bool(np.any(out.levels_left[i] != 0))
+        if is_cat[f] != has_levels:
+            raise ValueError(f"{where}initial_tree: the rule at node {i} on feature {f} must be {kind(f)}.")
+        if has_levels:
+            bits = [32 * w + b for w in range(words) for b in range(32) if (int(out.levels_left[i, w]) >> b) & 1]
+            if max(bits) >= level_count[f]:
+                raise ValueError(f"{where}initial_tree: feature {f} has {level_count[f]} levels; the rule at node {i} "
+                                 f"names level {max(bits)}.")
+    if not general:
+        return out
+    nan_left = np.zeros(n, bool) if nan_bits and out.nan_left is None else out.nan_left
+    levels_left = np.zeros((n, words), np.uint32) if words and out.levels_left is None else out.levels_left
+    return MixedTree(np.asarray(out.is_split), np.asarray(out.feature), np.asarray(out.cut), nan_left, levels_left)
+
+
+def _numeric_initial_tree(tree, *, X: np.ndarray, bins: np.ndarray, max_depth: int, where: str) -> Tree:
+    """:func:`initial_tree` from a :class:`~bdtree_jax.tree.Tree` or a fitted scikit-learn tree."""
+    from ..tree import n_nodes
+
+    n = n_nodes(max_depth)
     if isinstance(tree, Tree):
         arrays = [np.asarray(a) for a in tree]
         if arrays[0].shape[-1] > n:

@@ -65,6 +65,28 @@ holds more than one cut, a Robbins–Monro step towards the acceptance target (0
 so the post-warm-up chain is a fixed kernel, reversible w.r.t. ``p(T) L(T)^β`` for any width;
 keep only post-warm-up draws when adapting.  ``width = 2`` makes every window the whole interval.
 
+**Categorical features and missing values** (docs/categorical-missing.md; decided statically
+from the data).  ``η``'s availability is then its ordered features' cut intervals and its
+categorical features' level sets (the same in ``T`` and ``T'``), and in both moves the
+missing-value bit (when the tree has them) is redrawn from its prior ``Bernoulli(1/2)``:
+``q(b' | b) = q(b | b') = 1/2``, a symmetric factor.
+
+* *Rule perturbation of a categorical* ``v``: with ``E`` the node's available levels of ``v`` but
+  the smallest (``m = |E| >= 1``; the left set ``S`` is a non-empty subset of ``E``), choose
+  ``h = min(m, max(1, round(width m / 2)))`` levels of ``E`` uniformly (each ``h``-subset with
+  probability ``1 / C(m, h)``) and move each to the other side: ``S' = S xor H``.  The reverse
+  move picks the same ``H`` with the same probability (``m`` and ``h`` are the same at ``T'``), so
+  the proposal is symmetric; an ``S'`` that is empty has prior 0 and is rejected.  Such a
+  proposal is informative (for the adaptation) when ``m > 1``.
+* *Change of variable*: ``v'`` uniform among the other features with an available rule (an
+  ordered cut, or >= 2 levels), its rule (cut, or level set uniform over the ``2^(k-1) - 1``
+  partitions) and bit from the rule prior given ``v'``; the ratio above, with ``p_rule`` of
+  :func:`~bdtree_jax.priors.categorical.log_rule_prob_general`.
+
+A step's randomness (:func:`draw` with ``general_rules``) is then six uniforms (node, kind,
+feature, cut, accept, missing bit) and a key (the levels a categorical perturbation moves, a new
+level set).
+
 **Composition** (:func:`with_perturb`): one step of a base sampler whose state is a
 ``CGMState`` (CGM, and later WU or PG) then one perturb step per iteration; each leaves the
 target invariant.  The composed state :class:`PerturbState` carries ``log_lik`` and ``beta`` at
@@ -84,10 +106,11 @@ import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..priors import check_valid_cuts, draw_cut, log_rule_prob
-from ..tree import change
+from ..priors import check_valid_cuts
+from ..priors.categorical import categorical, general_rules, rule_available
+from ..tree import Rule, rule_at
 from . import cgm
-from ._moves import pick, score
+from ._moves import change_rule, draw_prior_rule, log_prior_rule, pick, score
 from .base import SamplingAlgorithm
 
 __all__ = [
@@ -121,6 +144,8 @@ class PerturbConfig:
     """The cut perturbations' acceptance rate the adaptation aims at."""
     trace_dtypes: tuple = ("int32", "int32")
     """Integer types of the recorded trees (as CGM's)."""
+    general_rules: bool = False
+    """The data have categorical features or missing values (the steps' draws, :func:`draw`)."""
 
     def __post_init__(self):
         def is_int(v):
@@ -145,16 +170,19 @@ class PerturbConfig:
         for name in ("p_change_var", "width", "target_accept"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "adapt", bool(self.adapt))
+        object.__setattr__(self, "general_rules", bool(self.general_rules))
         object.__setattr__(self, "trace_dtypes", tuple(self.trace_dtypes))
 
     @classmethod
     def from_cgm(cls, config: cgm.CGMConfig, **kw) -> "PerturbConfig":
-        """The perturb config sharing ``config``'s prior structure and trace types."""
-        return cls(config.max_depth, config.min_leaf_size, trace_dtypes=config.trace_dtypes, **kw)
+        """The perturb config sharing ``config``'s prior structure, trace types and rules."""
+        return cls(config.max_depth, config.min_leaf_size, trace_dtypes=config.trace_dtypes,
+                   general_rules=config.general_rules, **kw)
 
     @property
     def cgm(self) -> cgm.CGMConfig:
-        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, trace_dtypes=self.trace_dtypes)
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, trace_dtypes=self.trace_dtypes,
+                             general_rules=self.general_rules)
 
 
 class PerturbState(NamedTuple):
@@ -189,9 +217,13 @@ class PerturbInfo(NamedTuple):
     informative: Array
 
 
-def draw(key: PRNGKey) -> Array:
-    """The randomness of one perturb step: (5,) uniforms (node, kind, feature, cut, accept)."""
-    return jax.random.uniform(key, (5,))
+def draw(key: PRNGKey, general_rules: bool = False):
+    """The randomness of one perturb step: (5,) uniforms (node, kind, feature, cut, accept); with
+    ``general_rules`` (6,) uniforms (those and the missing-value bit) and a key, from one split."""
+    if not general_rules:
+        return jax.random.uniform(key, (5,))
+    k_uniform, k_rule = jax.random.split(key)
+    return jax.random.uniform(k_uniform, (6,)), k_rule
 
 
 def _window(x: Array, lo: Array, hi: Array, half: Array) -> tuple[Array, Array]:
@@ -210,8 +242,40 @@ def _log_prior_ratio(state: cgm.CGMState, proposed: cgm.CGMState) -> Array:
     return proposed.log_prior - state.log_prior
 
 
-def propose(uniforms: Array, state: cgm.CGMState, width: Array, data: TreeData, config: PerturbConfig):
-    """The proposal of one perturb step (see the module docstring).
+def _unpack(mask: Array) -> Array:
+    """(W,) uint32 -> (32 W,) bool."""
+    return (((mask[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1) == 1).reshape(-1)
+
+
+def _pack(on: Array) -> Array:
+    """(32 W,) bool -> (W,) uint32."""
+    shaped = on.reshape(-1, 32).astype(jnp.uint32)
+    return jnp.sum(shaped << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
+
+
+def _lowest(mask: Array) -> Array:
+    """(W,) uint32: the lowest set bit of the (W,) mask (0 where empty)."""
+    on = _unpack(mask)
+    first = jnp.argmax(on)
+    return _pack(on & (jnp.arange(on.shape[0]) == first))
+
+
+def _flip_levels(key, avail: Array, width: Array) -> tuple[Array, Array]:
+    """The levels a categorical perturbation moves: ``h`` of the ``m`` levels of ``avail`` (W,)
+    but the smallest, uniformly (the ``h`` smallest of i.i.d. uniform priorities).  Returns the
+    (W,) mask of the moved levels and ``m``."""
+    on = _unpack(avail & ~_lowest(avail))
+    m = on.sum().astype(jnp.int32)
+    h = jnp.clip(jnp.round(width * m.astype(jnp.float32) / 2).astype(jnp.int32), 1, jnp.maximum(m, 1))
+    prio = jnp.where(on, jax.random.uniform(key, on.shape), 2.0)
+    idx = jnp.arange(on.shape[0])
+    before = (prio[None, :] < prio[:, None]) | ((prio[None, :] == prio[:, None]) & (idx[None, :] < idx[:, None]))
+    rank = before.sum(axis=1)
+    return _pack(on & (rank < h)), m
+
+
+def propose(draws, state: cgm.CGMState, width: Array, data: TreeData, config: PerturbConfig):
+    """The proposal of one perturb step (see the module docstring) from :func:`draw`'s ``draws``.
 
     Returns
     -------
@@ -220,46 +284,64 @@ def propose(uniforms: Array, state: cgm.CGMState, width: Array, data: TreeData, 
     kind : () int32 index into :data:`KINDS`, -1 if no move is possible.
     informative : () bool, see :class:`PerturbInfo`.
     """
-    u_node, u_kind, u_feature, u_cut, _ = uniforms
+    general = general_rules(data)
+    uniforms, key = draws if general else (draws, None)
+    u_node, u_kind, u_feature, u_cut = uniforms[0], uniforms[1], uniforms[2], uniforms[3]
     tree = state.tree
     internal = tree.is_split
     has_internal = jnp.any(internal)
     node = pick(internal, u_node)
-    v, c = tree.feature[node].astype(jnp.int32), tree.cut[node].astype(jnp.int32)
+    rule = rule_at(tree, node)
+    v, c = rule.feature.astype(jnp.int32), rule.cut.astype(jnp.int32)
     lo, hi = state.lo[node], state.hi[node]  # (F,): η's rows, the same in T and T'
+    levels = None if state.levels is None else state.levels[node]  # (F, W)
     change_var = u_kind < config.p_change_var
+    nan_bits = tree.nan_left is not None
+    u_nan = uniforms[5] if general else None
 
-    # cut perturbation
+    # rule perturbation on v: an ordered cut in its window ...
     lo_v, hi_v = lo[v], hi[v]
     half = jnp.maximum(1, jnp.round(width * (hi_v - lo_v).astype(jnp.float32) / 2).astype(jnp.int32))
     first, size = _window(c, lo_v, hi_v, half)
     c_cut = jnp.minimum(first + jnp.floor(u_cut * size).astype(jnp.int32), first + size - 1)
     _, size_new = _window(c_cut, lo_v, hi_v, half)
+    log_q_perturb = _log_window_ratio(size, size_new)
+    informative = size > 1
+    perturbed = Rule(v, c_cut, (u_nan < 0.5) if nan_bits else None, rule.levels_left)
+    # ... or h levels of a categorical rule moved to the other side (symmetric)
+    if levels is not None:
+        is_cat = categorical(data)[v]
+        flip, m = _flip_levels(jax.random.fold_in(key, 2), levels[v], width)
+        perturbed = perturbed._replace(cut=jnp.where(is_cat, 0, c_cut),
+                                       levels_left=jnp.where(is_cat, rule.levels_left ^ flip, rule.levels_left))
+        log_q_perturb = jnp.where(is_cat, 0.0, log_q_perturb)
+        informative = jnp.where(is_cat, m > 1, informative)
 
-    # change of variable: another feature with a valid cut at η, its cut from the prior
-    others = (hi > lo) & (jnp.arange(lo.shape[0]) != v)
+    # change of variable: another feature with an available rule at η, its rule from the prior
+    others = rule_available(lo, hi, levels) & (jnp.arange(lo.shape[0]) != v)
     v_new = pick(others, u_feature)
-    c_var = draw_cut(data.cut_cumwidth, v_new, lo[v_new], hi[v_new], u_cut)
+    only = jnp.arange(lo.shape[0]) == v_new
+    drawn = draw_prior_rule(u_feature, u_cut, u_nan, None if key is None else jax.random.fold_in(key, 3),
+                            jnp.where(only, lo, 0), jnp.where(only, hi, 0),
+                            None if levels is None else jnp.where(only[:, None], levels, 0), data, nan_bits)
+    new_rule = jax.tree.map(lambda a, b: jnp.where(change_var, a, b), drawn, perturbed)
+    proposed = score(change_rule(tree, node, new_rule), data, config.cgm, state.beta)
+    proposed = proposed._replace(leaf_id=proposed.leaf_id.astype(state.leaf_id.dtype))
 
-    feature = jnp.where(change_var, v_new, v)
-    cut = jnp.where(change_var, c_var, c_cut)
-    proposed = score(change(tree, node, feature, cut), data, config.cgm, state.beta)
-
-    rule_new = log_rule_prob(lo, hi, v_new, c_var, data.cut_cumwidth)
-    rule_old = log_rule_prob(lo, hi, v, c, data.cut_cumwidth)
-    log_q = jnp.where(change_var, rule_old - rule_new, _log_window_ratio(size, size_new))
+    log_q_var = log_prior_rule(lo, hi, levels, rule, data) - log_prior_rule(lo, hi, levels, drawn, data)
+    log_q = jnp.where(change_var, log_q_var, log_q_perturb)
     log_ratio = state.beta * (proposed.log_lik - state.log_lik) + _log_prior_ratio(state, proposed) + log_q
     possible = has_internal & (~change_var | jnp.any(others))
     log_ratio = jnp.where(possible & ~jnp.isnan(log_ratio), log_ratio, -jnp.inf)
     kind = jnp.where(possible, change_var.astype(jnp.int32), -1)
-    return proposed, log_ratio, kind, possible & ~change_var & (size > 1)
+    return proposed, log_ratio, kind, possible & ~change_var & informative
 
 
-def step_with_uniforms(uniforms: Array, state: cgm.CGMState, width: Array, data: TreeData, config: PerturbConfig):
-    """One perturb MH step on a CGMState at window ``width`` (fixed); returns the new CGMState and
-    a :class:`PerturbInfo`."""
-    proposed, log_ratio, kind, informative = propose(uniforms, state, width, data, config)
-    accepted = jnp.log(uniforms[4]) < log_ratio
+def step_with_uniforms(draws, state: cgm.CGMState, width: Array, data: TreeData, config: PerturbConfig):
+    """One perturb MH step on a CGMState at window ``width`` (fixed) from :func:`draw`'s
+    ``draws``; returns the new CGMState and a :class:`PerturbInfo`."""
+    proposed, log_ratio, kind, informative = propose(draws, state, width, data, config)
+    accepted = jnp.log((draws[0] if general_rules(data) else draws)[4]) < log_ratio
     new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposed, state)
     return new_state, PerturbInfo(kind, accepted, log_ratio, informative)
 
@@ -314,7 +396,7 @@ def with_perturb(algorithm: SamplingAlgorithm | cgm.CGMConfig,
 
     def draw_fn(key):
         k1, k2 = jax.random.split(key)
-        return (algorithm.draw(k1) if algorithm.draw is not None else k1), draw(k2)
+        return (algorithm.draw(k1) if algorithm.draw is not None else k1), draw(k2, config.general_rules)
 
     def kernel(uniforms, state, data):
         u_base, u_perturb = uniforms

@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..driver import CGM_BLOCK_SIZE
-from ..kernels import cgm as cgm_kernel, cgm_general, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
-from ..kernels import edit_general, perturb_general
+from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
 from ..kernels._moves import score
 from ..priors import check_valid_cuts, violates_boxes
-from ..priors.categorical import check_general_rules
+from ..priors.boxes import violates_boxes_general
+from ..priors.categorical import check_general_rules, general_rules
 
 from .base import Kernel, MCMCMethod, with_tempering
 
@@ -47,7 +47,7 @@ class CGM(MCMCMethod):
         towards 44 % acceptance during warm-up and is fixed afterwards
         (:mod:`~bdtree_jax.kernels.perturb`; with categorical features or missing values a
         categorical rule moves some of its levels to the other side and the missing-value bit is
-        redrawn, :mod:`~bdtree_jax.kernels.perturb_general`).  ``structure="pinball"`` needs "cgm"
+        redrawn).  ``structure="pinball"`` needs "cgm"
         or "cgm+perturb"; ``valid_cuts="ancestors"`` needs "cgm".
     move_probs : (4,) tuple of float, default (0.25, 0.25, 0.40, 0.10)
         Probabilities of grow, prune, change and swap (grow and prune > 0, summing to 1).
@@ -63,7 +63,7 @@ class CGM(MCMCMethod):
         them half and half ("cgm+perturb" and ``move_probs`` do not apply).  With categorical
         features or missing values: a tree string with ``x{f}in{a,b}`` level sets and ``|NA=L`` /
         ``|NA=R`` on every rule (or a MixedTree), edits drawing whole rules from the general rule
-        prior (:mod:`~bdtree_jax.kernels.edit_general`).
+        prior.
     mean_edits : float > 0, default 2.0
         The edit prior's mean number of edits (untruncated geometric law).
     max_edits : int >= 1, default 20
@@ -129,19 +129,17 @@ class CGM(MCMCMethod):
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, data = problem.prior, problem.data
-        general = data.level_masks is not None or data.missing_code is not None
+        general = general_rules(data)
         if general:
             check_general_rules(data, prior.structure, f"{where}method='cgm'", boxes=True)
         if self.initial_tree is not None:
             config = edit_kernel.EditConfig(
                 prior.max_depth, prior.min_leaf_size, regrow_prob={"cgm": 0.0, "regrow": 1.0}.get(self.proposal, 0.5),
-                mean_edits=float(self.mean_edits), max_edits=int(self.max_edits),
+                mean_edits=float(self.mean_edits), max_edits=int(self.max_edits), general_rules=general,
             )
-            if general:
-                check_valid_cuts(data, f"{where}The edit prior (initial_tree)")
+            check_valid_cuts(data, f"{where}The edit prior (initial_tree)")
             edit_data = self._edit_data(problem, where)
-            sampler = edit_general.edit_prior_general if general else edit_kernel.edit_prior
-            algorithm = with_tempering(sampler(config), betas, chain_method)
+            algorithm = with_tempering(edit_kernel.edit_prior(config), betas, chain_method)
             return Kernel(edit_data, (config, self.proposal, betas), algorithm)
         config = cgm_kernel.CGMConfig.from_prior(
             prior, self.move_probs, n_features=data.bins.shape[1], n_cuts=int(problem.grid.n_cuts.max()),
@@ -150,21 +148,14 @@ class CGM(MCMCMethod):
         regrow_config = regrow_kernel.RegrowConfig(config.max_depth, config.min_leaf_size, config.trace_dtypes)
         if self.proposal == "cgm+perturb":
             perturb_config = perturb_kernel.PerturbConfig.from_cgm(config, num_warmup=int(num_warmup))
-            if general:
-                check_valid_cuts(data, f"{where}The perturb move (proposal='cgm+perturb')")
-                algorithm = perturb_general.with_perturb_general(config, perturb_config)
-            else:
-                algorithm = perturb_kernel.with_perturb(config, perturb_config)
+            check_valid_cuts(data, f"{where}The perturb move (proposal='cgm+perturb')")
+            algorithm = perturb_kernel.with_perturb(config, perturb_config)
             return Kernel(data, (config, perturb_config, self.proposal, betas),
                           with_tempering(algorithm, betas, chain_method))
-        if general and self.proposal == "cgm":
-            algorithm = cgm_general.sampler(config)
-        elif general:
+        if self.proposal != "cgm":
             check_valid_cuts(data, f"{where}prune-and-regrow (proposal {self.proposal!r})")
-            algorithm = cgm_general.regrow_sampler(config, self.proposal == "cgm+regrow")
-        else:
-            algorithm = {"cgm": cgm_kernel.cgm, "regrow": lambda _: regrow_kernel.regrow(regrow_config),
-                         "cgm+regrow": regrow_kernel.with_regrow}[self.proposal](config)
+        algorithm = {"cgm": cgm_kernel.cgm, "regrow": lambda _: regrow_kernel.regrow(regrow_config),
+                     "cgm+regrow": regrow_kernel.with_regrow}[self.proposal](config)
         return Kernel(data, (config, regrow_config, self.proposal, betas), with_tempering(algorithm, betas, chain_method))
 
     def _edit_data(self, problem, where: str) -> edit_kernel.EditData:
@@ -173,33 +164,24 @@ class CGM(MCMCMethod):
         prior = problem.prior
         data = problem.data
         config = cgm_kernel.CGMConfig(prior.max_depth, prior.min_leaf_size)
-        if data.level_masks is not None or data.missing_code is not None:
-            tree = edit_general.initial_tree_general(
-                self.initial_tree, thresholds=problem.grid.thresholds, level_count=problem.grid.level_count,
-                nan_bits=data.missing_code is not None, max_depth=prior.max_depth, where=where)
-            tree = jax.tree.map(lambda a: jnp.asarray(a), tree)
-            with jax.disable_jit():
-                log_prior = float(cgm_general.score(tree, data, config, 1.0).log_prior)
-            if not np.isfinite(log_prior):
-                raise ValueError(
-                    f"{where}initial_tree is outside the prior's support: some rule is not available at its node's "
-                    "rows (an ordered cut without a row with a value on each side, or a level set that is empty, "
-                    "names a level absent from the node's rows with a value, or holds the smallest of them: write "
-                    "the other side's levels instead), or a rule cuts one of the box_constraints.")
-            return edit_kernel.EditData(data, tree)
-        tree = edit_kernel.initial_tree_from(
+        general = general_rules(data)
+        tree = edit_kernel.initial_tree(
             self.initial_tree, X=problem.X, bins=problem.train_bins, thresholds=problem.grid.thresholds,
-            max_depth=prior.max_depth, where=where,
+            max_depth=prior.max_depth, level_count=problem.grid.level_count, nan_bits=data.missing_code is not None,
+            where=where,
         )
         tree = jax.tree.map(lambda a: jnp.asarray(a), tree)
         with jax.disable_jit():
             plain = score(tree, data._replace(box_side=None), config, 1.0)
             if not np.isfinite(float(plain.log_prior)):
-                raise ValueError(
-                    f"{where}initial_tree is outside the prior's support: some split leaves a child with fewer than "
-                    f"min_leaf_size={prior.min_leaf_size} training rows (or no valid cut is left at a node)."
-                )
-            if data.box_side is not None and bool(violates_boxes(tree, data.box_side)):
+                raise ValueError(f"{where}initial_tree is outside the prior's support: " + (
+                    "some rule is not available at its node's rows (an ordered cut without a row with a value on "
+                    "each side, or a level set that is empty, names a level absent from the node's rows with a "
+                    "value, or holds the smallest of them: write the other side's levels instead)." if general else
+                    f"some split leaves a child with fewer than min_leaf_size={prior.min_leaf_size} training rows "
+                    "(or no valid cut is left at a node)."))
+            if data.box_side is not None and bool(violates_boxes_general(tree, data.box_side, data.box_levels)
+                                                  if general else violates_boxes(tree, data.box_side)):
                 raise ValueError(f"{where}initial_tree splits inside one of the box_constraints.")
         return edit_kernel.EditData(data, tree)
 

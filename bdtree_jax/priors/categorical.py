@@ -198,7 +198,7 @@ def check_general_rules(data: TreeData, prior_structure: str, who: str, *, boxes
     """Refuse what the general rules do not support yet (a ``ValueError`` naming the option).
 
     ``boxes``: whether the caller's sampler honours box constraints (the general CGM chain's
-    :func:`~bdtree_jax.kernels.cgm_general.score` does)."""
+    :func:`~bdtree_jax.kernels._moves.score` does)."""
     if not general_rules(data):
         return
     if data.box_side is not None and not boxes:
