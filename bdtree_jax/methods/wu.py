@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..kernels import cgm as cgm_kernel, wu as wu_kernel, wu_general
+from ..kernels import cgm as cgm_kernel, wu as wu_kernel
 from ..priors.categorical import check_general_rules, general_rules
 from .base import Kernel, MCMCMethod, check_integer, with_tempering
 from .cgm import CGM_MOVE_PROBS
@@ -20,8 +20,7 @@ class WU(MCMCMethod):
     ``n_local`` CGM steps.  Samples the CGM98 and the pinball structure priors.  With
     categorical features or missing values (docs/categorical-missing.md) the local steps are the
     general-rule CGM chain and the restructure the Metropolis–Hastings move over the rules that
-    keep every leaf group on one side (:mod:`~bdtree_jax.kernels.wu_general`; CGM98 prior only,
-    no fibre-Gibbs draw).
+    keep every leaf group on one side (CGM98 prior only, no fibre-Gibbs draw).
 
     Parameters
     ----------
@@ -70,7 +69,5 @@ class WU(MCMCMethod):
         )
         wu_config = wu_kernel.WUConfig(config, int(self.n_local), restructure=self.restructure,
                                        max_groups=self.max_groups)
-        algorithm = with_tempering(
-            (wu_general.wu_general if wu_config.cgm_config.general_rules else wu_kernel.wu)(wu_config), betas,
-            chain_method)
+        algorithm = with_tempering(wu_kernel.wu(wu_config), betas, chain_method)
         return Kernel(problem.data, (wu_config, tuple(betas)), algorithm)
