@@ -1,4 +1,4 @@
-"""The general-rule CGM step of BART's tree updates with local leaf and stat updates.
+"""BART's CGM tree step with local leaf and stat updates, for rules with level sets and missing-value bits.
 
 The same Metropolis–Hastings chain as :func:`bdtree_jax.kernels.cgm_general.step` (and its
 flip step): the same draws, the same proposals and the same acceptance ratio, read from the
