@@ -288,14 +288,16 @@ def rule_masses(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int):
     codes = data.bins
     words = 0 if data.level_masks is None else data.level_masks.shape[-1]
     n_levels = 32 * words
-    V = max(n_bins, n_levels)  # value bins; bin V holds the missing values
-    missing = jnp.zeros(codes.shape, bool) if data.missing_code is None else codes == data.missing_code
+    V = max(n_bins, n_levels)  # value bins (codes are below V); bin V holds the missing values, if any
+    bins_per_feature = V if data.missing_code is None else V + 1
+    if data.missing_code is not None:
+        codes = jnp.where(codes == data.missing_code, V, codes)
     rows = jnp.where((state.leaf_id == node)[:, None], data.point_stats, 0.0)  # (n, S)
-    slot = jnp.where(missing, V, jnp.clip(codes, 0, V - 1)) + jnp.arange(F, dtype=codes.dtype) * (V + 1)
+    slot = codes + jnp.arange(F, dtype=codes.dtype) * bins_per_feature  # (n, F) feature-major
     hist = jax.ops.segment_sum(
         jnp.broadcast_to(rows[:, None, :], (n, F, rows.shape[1])).reshape(n * F, -1), slot.reshape(-1),
-        num_segments=F * (V + 1),
-    ).reshape(F, V + 1, -1)
+        num_segments=F * bins_per_feature,
+    ).reshape(F, bins_per_feature, -1)
     lo, hi = state.lo[node], state.hi[node]
     levels = None if state.levels is None else state.levels[node]
     n_valid = jnp.sum(rule_available(lo, hi, levels))
