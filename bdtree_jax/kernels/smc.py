@@ -327,12 +327,12 @@ def rule_masses(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int):
         valid = jnp.where(is_cat[:, None], cat_valid & (k[:, None] >= 2), valid)
         log_rule = jnp.where(is_cat[:, None], (base - _log_partitions(k))[:, None], log_rule)
         too_many = jnp.any(is_cat & (k > R + 1))
-    if data.missing_code is not None:
+    if data.missing_code is not None:  # (F, C, 2, S): missing values right, left
         left = jnp.stack([left, left + hist[:, V][:, None, :]], axis=2)
+        gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)
     else:
-        left = left[:, :, None, :]
-    gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)
-    B = left.shape[2]
+        gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)[:, :, None]
+    B = gain.shape[2]
     log_rule = jnp.where(valid, log_rule, -jnp.inf)
     return gain, jnp.broadcast_to(log_rule[..., None], log_rule.shape + (B,)), rank, too_many
 
