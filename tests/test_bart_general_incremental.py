@@ -1,5 +1,5 @@
-"""BART's general-rule tree step with local updates (bdtree_jax.kernels.bart_general_moves) is
-the chain of cgm_general.step: from the same draws it takes the same decisions and gives the same
+"""BART's general-rule tree step with local updates (bdtree_jax.kernels.bart_moves) is
+the chain of cgm.step_with_uniforms: from the same draws it takes the same decisions and gives the same
 trees, leaves and leaf stats.  (That its draws follow the exact posterior is
 tests/test_categorical_cgm.py::test_one_bart_tree_matches_exact_posterior, which runs BART's
 sweep with sequential chains, hence this step.)"""
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bdtree_jax.kernels import bart_general_moves, cgm, cgm_general
+from bdtree_jax.kernels import bart_moves, cgm
 from bdtree_jax.likelihoods import BARTLeafNormal, NormalMeanShift
 from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.tree import MISSING_CODE, leaf_nodes
@@ -48,16 +48,16 @@ def _data(n=300, seed=0):
 
 
 @pytest.mark.parametrize("move_probs", [GROW_PRUNE, cgm.CGMConfig(4).move_probs])
-def test_local_step_matches_cgm_general_step(move_probs):
+def test_local_step_matches_the_cgm_step(move_probs):
     data = _data()
     config = cgm.CGMConfig(4, 1, move_probs, general_rules=True)
-    state = cgm_general.init(None, data, config)
+    state = cgm.init(None, data, config)
 
     @jax.jit
     def both(key, old, new):
-        draws = cgm_general.draw(key)
-        a, info_a = cgm_general.step(draws, old, data, config)
-        b, info_b = bart_general_moves.step(draws, new, data, config)
+        draws = cgm.draw(key, general_rules=True)
+        a, info_a = cgm.step_with_uniforms(draws, old, data, config)
+        b, info_b = bart_moves.step(draws, new, data, config)
         return a, b, info_a.accepted, info_b.accepted
 
     old = new = state

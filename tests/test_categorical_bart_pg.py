@@ -1,6 +1,6 @@
 """BART with ``tree_sampler="pg"`` on categorical features and missing values: each tree updated
 on its partial residual by a Particle Gibbs sweep over general rules
-(:func:`bdtree_jax.kernels.bart_general.sweep`).  One tree with sigma2 fixed is checked against
+(:func:`bdtree_jax.kernels.bart._kernel_sweep`).  One tree with sigma2 fixed is checked against
 the exact posterior of :func:`bdtree_jax.exact.categorical.enumerate_mixed_trees` (data and
 helpers of ``tests/test_categorical_cgm.py``); the estimators fit and predict on a raw table with
 strings and missing cells."""

@@ -15,7 +15,7 @@ from bdtree_jax.exact import tree_frequencies
 from bdtree_jax.exact.categorical import enumerate_mixed_trees
 from bdtree_jax.features import SUPPORTS_CATEGORICAL
 from bdtree_jax.kernels import pg, smc
-from bdtree_jax.kernels.smc_general import check_data, n_codes
+from bdtree_jax.kernels.smc import check_data, n_codes
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.tree import from_string, to_string
 

@@ -1,5 +1,5 @@
 """The WU restructure and schedule with a categorical feature and missing cells
-(:mod:`bdtree_jax.kernels.wu_general`) against :func:`bdtree_jax.exact.categorical.enumerate_mixed_trees`,
+(:mod:`bdtree_jax.kernels.wu`) against :func:`bdtree_jax.exact.categorical.enumerate_mixed_trees`,
 an independent implementation of the rule prior of docs/categorical-missing.md.
 
 * On a fixed leaf partition ("fibre": the enumerated trees with that partition, routed by the
@@ -26,7 +26,7 @@ from scipy.stats import chisquare
 
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact.categorical import enumerate_mixed_trees, string_leaf_partition
-from bdtree_jax.kernels import cgm, cgm_general, wu, wu_general
+from bdtree_jax.kernels import _moves, cgm, wu
 from bdtree_jax.priors import TreePrior
 from bdtree_jax.tree import from_string, to_string
 
@@ -70,7 +70,7 @@ def _setup(max_depth: int, start: str, categorical: bool = True):
     names = [s for s, _ in fibre]
     log_prior = np.array([lp for _, lp in fibre])
     config = cgm.CGMConfig.from_prior(prior, general_rules=True)
-    state = jax.jit(lambda t: cgm_general.init(None, data, config, tree=t))(_tree(start, grid, max_depth))
+    state = jax.jit(lambda t: cgm.init(None, data, config, tree=t))(_tree(start, grid, max_depth))
     return grid, data, config, state, names, np.exp(log_prior - logsumexp(log_prior))
 
 
@@ -98,17 +98,17 @@ def test_restructure_is_exact_on_the_fibre(max_depth, start, categorical, size, 
     grid, data, config, state, names, pi = _setup(max_depth, start, categorical)
     if size is not None:
         assert len(names) == size
-    g = wu_general.group_codes(state, data)
+    g = wu.group_codes(state, data)
     K = int(g.is_group.sum())
     assert K == len(string_leaf_partition(start, X))
     heaps = jax.tree.map(lambda *a: jnp.stack(a), *[_tree(s, grid, max_depth) for s in names])
     N = heaps.is_split.shape[1]
-    scores = jax.device_get(jax.jit(jax.vmap(lambda t: cgm_general.score(t, data, config, 1.0)))(heaps))
+    scores = jax.device_get(jax.jit(jax.vmap(lambda t: _moves.score(t, data, config, 1.0)))(heaps))
     index = {s: i for i, s in enumerate(names)}
     for weights in ("prior", "uniform"):
         rc = wu.RestructureConfig(max_depth, 1, weights)
-        replay = jax.jit(jax.vmap(lambda t, rc=rc: wu_general._sweep(jnp.zeros(2 * N), jax.random.key(0), t,
-                                                                      jnp.array([False]), g, data, rc)))
+        replay = jax.jit(jax.vmap(lambda t, rc=rc: wu._sweep(jnp.zeros(2 * N), jax.random.key(0), t, jnp.array([False]),
+                                                              state, g, data, rc)))
         rep = jax.device_get(jax.tree.map(lambda a: a[:, 0], replay(heaps)))
         assert rep.valid.all() and not rep.overflow.any()
         q = np.exp(np.asarray(rep.log_q, float))
@@ -125,9 +125,9 @@ def test_restructure_is_exact_on_the_fibre(max_depth, start, categorical, size, 
     # drawn proposals follow q; the proposed state is the re-scored tree
     rc = wu.RestructureConfig(max_depth, 1)
     n = 4000
-    draws = jax.vmap(lambda k: wu_general.draw_restructure(k, max_depth))(jax.random.split(jax.random.key(1), n))
+    draws = jax.vmap(lambda k: wu.draw_restructure(k, max_depth, general=True))(jax.random.split(jax.random.key(1), n))
     proposed, phi_new, phi_old, ok, Ks, _ = jax.device_get(
-        jax.jit(jax.vmap(lambda d: wu_general.propose(d, state, data, rc)))(draws))
+        jax.jit(jax.vmap(lambda d: wu.propose(d, state, data, rc)))(draws))
     assert (Ks == K).all()
     counts = collections.Counter(to_string(jax.tree.map(lambda a: a[i], proposed.tree), grid.thresholds, _levels(grid))
                                  for i in np.flatnonzero(ok))
@@ -150,10 +150,10 @@ def test_restructure_is_exact_on_the_fibre(max_depth, start, categorical, size, 
 @functools.lru_cache(maxsize=None)
 def _restructure_chains(rc, n_steps: int):
     def run(key, state, data):
-        draws = jax.vmap(lambda k: wu_general.draw_restructure(k, rc.max_depth))(jax.random.split(key, n_steps))
+        draws = jax.vmap(lambda k: wu.draw_restructure(k, rc.max_depth, general=True))(jax.random.split(key, n_steps))
 
         def body(s, d):
-            s, info = wu_general.restructure_step(d, s, data, rc)
+            s, info = wu.restructure_step(d, s, data, rc)
             return s, (s.tree, info.accepted)
 
         return jax.lax.scan(body, state, draws)[1]
@@ -193,7 +193,7 @@ def test_wu_matches_exact_posterior(weights):
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
     config = wu.WUConfig(cgm.CGMConfig.from_prior(prior, general_rules=True), n_local=2, weights=weights)
-    traces, _ = run_chains(wu_general.wu_general(config), data, key=jax.random.key(7), num_chains=4, num_iterations=30_000,
+    traces, _ = run_chains(wu.wu(config), data, key=jax.random.key(7), num_chains=4, num_iterations=30_000,
                            progress=False)
     assert np.asarray(traces["restructure_accepted"]).mean() > 0.05
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
@@ -231,7 +231,7 @@ def test_tempered_wu_matches_exact_posterior():
     prior = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
     grid, data = _kernel_data(X, prior)
     config = wu.WUConfig(cgm.CGMConfig.from_prior(prior, general_rules=True), n_local=2)
-    traces, _ = run_chains(tempered(wu_general.wu_general(config), ladder(3)), data, key=jax.random.key(8), num_chains=4,
+    traces, _ = run_chains(tempered(wu.wu(config), ladder(3)), data, key=jax.random.key(8), num_chains=4,
                            num_iterations=30_000, progress=False)
     sampled, exact = _frequencies(traces, grid.thresholds), _exact(prior)
     assert set(sampled) <= set(exact)

@@ -363,10 +363,10 @@ def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     pi = np.exp(log_prior - logsumexp(log_prior))
     assert np.ptp(log_prior) > 1.0
     heaps = stack_trees(names, grid.thresholds, 3)
-    is_group, glo, ghi = fibre_gibbs.group_bins(state, data)
+    groups = wu.group_codes(state, data)
     rc = wu.RestructureConfig(3, 1)
     u0 = jnp.zeros(heaps.is_split.shape[1])
-    replay = jax.jit(jax.vmap(lambda t: wu._sweep(u0, t, jnp.array([False]), state, is_group, glo, ghi, data, rc)))
+    replay = jax.jit(jax.vmap(lambda t: wu._sweep(u0, None, t, jnp.array([False]), state, groups, data, rc)))
     replay = jax.device_get(jax.tree.map(lambda a: a[:, 0], replay(heaps)))
     assert replay.valid.all() and not replay.overflow.any()
     np.testing.assert_allclose(replay.log_prior, log_prior, atol=2e-5)

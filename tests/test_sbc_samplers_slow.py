@@ -228,7 +228,7 @@ def test_bart_kernel_sweep_geweke(monkeypatch, sampler):
 
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_bart_general_rules_geweke(monkeypatch, sampler):
-    """BART's general-rule sweep (:mod:`bdtree_jax.kernels.bart_general`): 7 rows, ``x0`` ordered
+    """BART's general-rule sweep (:func:`bdtree_jax.kernels.bart._kernel_sweep`): 7 rows, ``x0`` ordered
     with a missing cell, ``x1`` categorical with 3 levels (the data of
     ``tests/test_categorical_cgm.py``), depth <= 2 (1,089 trees with level sets and missing-value
     bits, enumerated by :func:`~bdtree_jax.exact.categorical.enumerate_mixed_trees`), 2 trees.

@@ -37,8 +37,12 @@ trees vectorized, then a lean sequential ``lax.scan`` making a few passes over e
 no (M, n) array is built per sweep beyond the rows' leaves it keeps (uint8 up to depth 7).
 ``"cgm"`` and ``"pg"`` update each tree in a ``lax.scan`` with the single-tree kernels on a
 :class:`~bdtree_jax.data.TreeData` whose ``point_stats`` and ``likelihood`` are swapped in; so
-does every sampler on data with categorical features or missing values
-(:mod:`~bdtree_jax.kernels.bart_general`).  Every shape is fixed, so a run compiles once.
+does every sampler on data with categorical features or missing values (docs/categorical-missing.md:
+a rule may send a set of levels left and carries the side missing values go to, under the rule
+prior of :mod:`bdtree_jax.priors.categorical`): CGM is then the general-rule chain (with sequential
+chains :func:`~bdtree_jax.kernels.bart_moves.step`, which re-routes only the rows a move touches),
+PG's particles draw level sets uniform over the partitions of the available levels and the
+missing-value bit ``Bernoulli(1/2)``.  Every shape is fixed, so a run compiles once.
 
 Binary outcomes (``BARTConfig(outcome="binary")``, :class:`~bdtree_jax.estimators.BARTClassifier`): probit BART with
 Albert & Chib (1993) latents, as Chipman et al. (2010, §4.2) and bartz's ``outcome_type="binary"``::
@@ -78,12 +82,12 @@ from jax.scipy.special import log_ndtr, ndtr
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..likelihoods import BARTLeafNormal
-from ..priors import node_lanes, regrow_subtree, splittable, subtree_sums, sum_by_lane
+from ..priors import node_lanes, regrow_subtree, split_mask, splittable, subtree_sums, sum_by_lane
+from ..priors.categorical import general_rules, rule_available
 from ..problem.bart import BARTData, feature_bins
-# MAX_DEPTH: the deepest tree BART pads, as every sampler (the rows' leaves are kept as heap slots: uint8
-# up to depth 7, else int16)
+# MAX_DEPTH: the deepest tree BART pads, as every sampler (rows' leaves as heap slots: uint8 to depth 7, else int16)
 from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
-from . import bart_general, cgm, cgm_general, pg
+from . import bart_moves, cgm, pg
 from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm
 from .probit import draw_latents
@@ -130,7 +134,7 @@ class BARTConfig:
     leaf_dtype : float type of the recorded leaf values, one of :data:`LEAF_DTYPES` ("float32";
         "bfloat16" or "float16" halve the trace's largest part; the sampler itself always works
         in float32, only the record is rounded).
-    general_rules : categorical features or missing values (:mod:`~bdtree_jax.kernels.bart_general`).
+    general_rules : categorical features or missing values (module docstring).
     """
 
     n_trees: int
@@ -218,12 +222,16 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-_residual_data = bart_general.residual_data  # the TreeData of one tree update on its residual
-
-
 def _leaf_model(data: BARTData, sigma2: Array) -> BARTLeafNormal:
     """The leaves' model in a tree update: the data's ``tau2`` with the current ``sigma2``."""
     return BARTLeafNormal(sigma2, data.tree_data.likelihood.tau2)
+
+
+def _residual_data(data: BARTData, residual: Array, sigma2: Array) -> TreeData:
+    """The TreeData of one tree update: rows ``[1, r, r**2]`` (n, 3) of the residual and the leaf
+    model with the current ``sigma2``."""
+    point_stats = jnp.stack([jnp.ones_like(residual), residual, residual * residual], axis=1)
+    return data.tree_data._replace(point_stats=point_stats.astype(jnp.float32), likelihood=_leaf_model(data, sigma2))
 
 
 def _fit_from_trees(state: BARTState) -> Array:
@@ -245,9 +253,13 @@ def _draw_sigma2(key: PRNGKey, residual: Array, nu: Array, lam: Array) -> Array:
 
 
 def _update_tree(key, uniforms, state: CGMState, data: TreeData, config: BARTConfig):
-    """One update of one tree by the configured sampler; returns (state, changed)."""
+    """One update of one tree by the configured sampler; returns (state, changed).  General rules:
+    ``(uniforms, key)`` is the CGM step's :func:`~bdtree_jax.kernels.cgm.draw`."""
     if config.tree_sampler == "pg":
         new, info = pg.step(key, state, data, config.pg)
+    elif config.general_rules:
+        step = bart_moves.step if config.incremental else cgm.step_with_uniforms
+        new, info = step((uniforms, key), state, data, config.cgm)
     else:
         new, info = cgm.step_with_uniforms(uniforms, state, data, config.cgm)
     return new, info.accepted
@@ -256,7 +268,7 @@ def _update_tree(key, uniforms, state: CGMState, data: TreeData, config: BARTCon
 def init(key: PRNGKey | None, data: BARTData, config: BARTConfig) -> BARTState:
     """Every tree a stump with leaf value 0, ``sigma2 = sigma2_init``.  ``key`` is unused."""
     del key
-    stump = _narrow_ids((cgm_general.init if config.general_rules else cgm.init)(None, data.tree_data, config.cgm))
+    stump = _narrow_ids((cgm.init if config.general_rules else cgm.init)(None, data.tree_data, config.cgm))
     M = config.n_trees
     trees = jax.tree.map(lambda a: jnp.broadcast_to(a, (M,) + jnp.shape(a)), stump)
     n = data.y.shape[0]
@@ -273,10 +285,12 @@ def _narrow_ids(trees: CGMState) -> CGMState:
 
 
 def _can_split(trees: CGMState, data: BARTData) -> Array:
-    """(M, N) bool :func:`~bdtree_jax.priors.splittable` of every tree's nodes."""
-    if trees.levels is not None or data.tree_data.missing_code is not None:
-        return bart_general.can_split(trees, data.tree_data.split_prob)
-    return splittable(trees.lo, trees.hi, data.tree_data.split_prob)
+    """(M, N) bool: every tree's nodes have an available rule (a valid cut, or two levels) and
+    may split (:func:`~bdtree_jax.priors.splittable` on numeric data)."""
+    split_prob = data.tree_data.split_prob
+    if general_rules(data.tree_data):
+        return jnp.any(rule_available(trees.lo, trees.hi, trees.levels), axis=-1) & (split_mask(split_prob) > 0)
+    return splittable(trees.lo, trees.hi, split_prob)
 
 
 class SweepDraws(NamedTuple):
@@ -320,10 +334,7 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
     else:
         target = data.y
 
-    if config.general_rules:
-        total, values, changed, trees, can_split = bart_general.sweep(state, data, target, total, sigma2, uniforms,
-                                                                      normals, tree_keys, config)
-    elif config.tree_sampler == "grow-prune":
+    if config.tree_sampler == "grow-prune" and not config.general_rules:
         total, values, changed, trees, can_split = _grow_prune_sweep(state, data, target, total, sigma2, uniforms,
                                                                      normals, config)
     else:
@@ -351,22 +362,23 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
 
 def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals, tree_keys,
                   config: BARTConfig):
-    """Backfitting with the single-tree kernel (``"cgm"``, ``"pg"``): a ``lax.scan`` over the
-    trees, each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``.
+    """Backfitting with the single-tree kernel (``"cgm"``, ``"pg"``, and every sampler with
+    categorical features or missing values: :func:`_update_tree`): a ``lax.scan`` over the trees,
+    each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``.
 
     The per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
     partial residual at every visit, only as far as the sampler reads them (CGM's local moves
-    re-score by differences from the node statistics, its whole-tree re-score needs the total
-    log-likelihood too; PG rebuilds its particles from the stump and needs neither), so none are
-    kept between sweeps."""
+    re-score by differences from the node statistics, its whole-tree re-score and the general-rule
+    chain need the total log-likelihood too; PG rebuilds its particles from the stump and needs
+    neither), so none are kept between sweeps."""
     N = n_nodes(config.max_depth)
     needs_stats = config.tree_sampler != "pg"
-    needs_log_lik = config.tree_sampler == "cgm"
+    needs_log_lik = config.tree_sampler == "cgm" or (config.general_rules and needs_stats)
     trees = state.trees
     stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
 
     def body(total, xs):
-        (tree, leaf_id, _, lo, hi, log_prior), values, u, z, k = xs
+        (tree, leaf_id, _, lo, hi, levels, log_prior), values, u, z, k = xs
         old = values[leaf_id]
         residual = target - (total - old)
         data_m = _residual_data(data, residual, sigma2)
@@ -374,19 +386,20 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
         # the tree's prior
         stats = subtree_sums(data_m.point_stats, leaf_id, N) if needs_stats else stale_stats
         log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree)) if needs_log_lik else jnp.float32(0.0)
-        tree_state = CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.float32(1.0))
+        tree_state = CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.float32(1.0), levels)
         new, changed = _update_tree(k, u, tree_state, data_m, config)
         mean, sd = data_m.likelihood.leaf_posterior(new.stats)
         values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
-        structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.stats, new.lo, new.hi, new.log_prior)
+        structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.stats, new.lo, new.hi, new.levels,
+                     new.log_prior)
         return total - old + values[new.leaf_id], (structure, values, changed)
 
-    structure = (trees.tree, trees.leaf_id, trees.stats, trees.lo, trees.hi, trees.log_prior)
+    structure = (trees.tree, trees.leaf_id, trees.stats, trees.lo, trees.hi, trees.levels, trees.log_prior)
     total, (structure, values, changed) = jax.lax.scan(body, total, (structure, state.leaf_values, uniforms, normals,
                                                                      tree_keys))
-    tree, leaf_id, stats, lo, hi, log_prior = structure
+    tree, leaf_id, stats, lo, hi, levels, log_prior = structure
     return total, values, changed, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi,
-                                                  log_prior=log_prior)
+                                                  levels=levels, log_prior=log_prior)
 
 
 def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals,

@@ -23,12 +23,34 @@ integrated likelihood).
     (0 if it stops).
   - ``"posterior"`` (one-step optimal): stop with mass ``1 - p_j``, rule ``(f, c)`` with mass
     ``p_j p_rule(f, c) exp(ΔL(f, c))`` for every valid rule (left statistics of every cut from
-    one bin histogram of the node's rows); increment ``log`` of the total mass, whatever is
-    drawn.
+    one bin histogram of the node's rows, :func:`rule_masses`); increment ``log`` of the total
+    mass, whatever is drawn.
 
   (The papers' ``"empirical"`` proposal -- uniform over the grid cuts inside the node's range --
   *is* the cut rule of ``split_prior="uniform"``, so with that prior it equals ``"prior"``; with
   ``split_prior="range"`` ``"prior"`` is the papers' prior proposal.)
+* **Categorical features and missing values** (docs/categorical-missing.md): the same decision
+  with the rule prior of :mod:`bdtree_jax.priors.categorical`: a rule may be a set of levels of a
+  categorical feature, and every rule carries the side missing values go to (``nan_left``) when
+  the tree has those bits.  ``"prior"`` draws the rule by
+  :func:`~bdtree_jax.priors.categorical.draw_rule_general` (uniform feature among those with an
+  available rule, a cut by the prior's weights or a uniform two-way partition of the available
+  levels, the bit ``Bernoulli(1/2)``).  ``"posterior"`` scores every rule from one histogram of
+  the node's rows per feature (a missing value in a bin of its own): an ordered feature's cuts as
+  above, a categorical feature's ``2**(k-1) - 1`` partitions of its ``k`` available levels (the
+  node's rows summed by the rank of their level among the available ones, then every subset of
+  the ranks but the smallest), each with both missing-value bits.  The subsets share the
+  candidate axis with the cuts: ``max(n_bins, 2**R)`` candidates per feature with
+  ``R = min(n_bins, MAX_POSTERIOR_LEVELS) - 1`` (``n_bins``, static, is the largest code + 1,
+  levels included: :func:`n_codes`).  A node where a categorical feature has more available
+  levels than that cannot be enumerated: its increment is NaN (:func:`check_data` refuses
+  features of more than :data:`MAX_POSTERIOR_LEVELS` levels before compiling, naming
+  ``proposal="prior"``).  A grown particle is re-scored whole
+  (:func:`bdtree_jax.kernels._moves.score`: the children's statistics, cut intervals and
+  available levels), where numeric data touch only the split leaf's rows.  A particle's
+  randomness is the numeric step's three uniforms plus a key (:func:`move_draws`): the
+  missing-value bit from ``fold_in(key, 0)``, the level set from ``fold_in(key, 1)``; numeric
+  data draw no key.
 * **Weights, resampling, islands.**  The ``P`` particles form ``n_islands`` independent systems
   of ``Q = P / I`` particles.  ``log w = log L(stump) - log Q`` at the start; after a stage, an
   island whose ``ESS / Q <= ess_threshold`` starts the next stage by resampling inside the
@@ -59,14 +81,23 @@ import numpy as np
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import check_cgm_structure, check_valid_cuts, log_cut_probs, split_mask, splittable
-from ..priors.categorical import general_rules, rule_available
-from ..tree import Tree, leaf_nodes, n_nodes
-from . import cgm, smc_general
-from ._moves import draw_rule, propose_grow
+from ..priors.categorical import (
+    _log_partitions, _pack, _popcount, _unpack, categorical, check_general_rules, draw_rule_general, general_rules,
+    rule_available,
+)
+from ..tree import Rule, Tree, grow, leaf_nodes, n_nodes, rule_at
+from . import cgm
+from ._moves import draw_rule, propose_grow, score
 
-__all__ = ["SMC_PROPOSALS", "RESAMPLING", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run", "resample_indices"]
+__all__ = [
+    "SMC_PROPOSALS", "RESAMPLING", "MAX_POSTERIOR_LEVELS", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run",
+    "resample_indices", "rule_masses", "n_codes", "check_data",
+]
 
 SMC_PROPOSALS = ("prior", "posterior")
+#: The most levels a categorical feature may have for the one-step-optimal proposal, which scores
+#: every partition of a node's available levels (``2**(k-1) - 1`` of them).
+MAX_POSTERIOR_LEVELS = 8
 RESAMPLING = ("multinomial", "systematic")
 GROW = ("next", "layer")
 
@@ -195,11 +226,7 @@ def init(data: TreeData, config: SMCConfig) -> SMCState:
 def init_state(data: TreeData, config: cgm.CGMConfig, tree: Tree | None = None, beta=1.0) -> cgm.CGMState:
     """The scored state of ``tree`` (default: the stump); with categorical features or missing
     values (:func:`~bdtree_jax.priors.categorical.general_rules`) a tree with their rule fields
-    and the nodes' available levels (:func:`bdtree_jax.kernels.cgm_general.init`)."""
-    if general_rules(data):
-        from . import cgm_general
-
-        return cgm_general.init(None, data, config, tree=tree, beta=beta)
+    and the nodes' available levels (:func:`bdtree_jax.kernels.cgm.init`)."""
     return cgm.init(None, data, config, tree=tree, beta=beta)
 
 
@@ -234,35 +261,122 @@ def mark_finished(particles: cgm.CGMState, last: Array, data: TreeData) -> Array
     return jnp.where(has, last, n).astype(jnp.int32)
 
 
-def _rule_gains(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int) -> tuple[Array, Array]:
-    """For every rule ``(f, c)`` at ``node`` (left: ``bins[:, f] <= c``), its split gain ``ΔL``
-    and the rule prior's ``log p_rule`` (``-inf`` if invalid), both (F, n_bins).
+def _ranks(n_bins: int) -> int:
+    """Ranks of available levels (all but the smallest) the subset table covers: codes are below
+    ``n_bins``, so no feature has more than ``n_bins`` levels."""
+    return max(min(n_bins, MAX_POSTERIOR_LEVELS) - 1, 1)
 
-    One scatter of the node's rows into per-feature bin histograms, then cumulative sums give
-    the left statistics of every cut."""
+
+def rule_masses(state: cgm.CGMState, node: Array, data: TreeData, n_bins: int):
+    """Every rule at ``node``: its split gain ``ΔL`` and ``log p_rule`` (``-inf`` where it is not
+    available), both (F, C, B) with ``C`` candidates per feature (an ordered feature's cut ``c``:
+    left ``bins[:, f] <= c``; or a categorical feature's subset ``c`` of its available levels'
+    ranks: bit ``r - 1`` set sends the level of rank ``r`` left; the smallest, rank 0, stays right)
+    and ``B`` missing-value bits (index 1: missing values left; ``B = 1`` without bits); the
+    (F, 32 W) rank of every available level (-1 elsewhere; None without categorical features); and
+    whether a categorical feature has more available levels at the node than the table covers.
+    ``n_bins``: the largest code (bin or level) + 1; numeric data have ``C = n_bins``, ``B = 1``.
+
+    One scatter of the node's rows into per-feature code histograms (a missing value in a bin of
+    its own), then cumulative sums give the left statistics of every cut, and sums by rank those
+    of every level subset."""
     n, F = data.bins.shape
+    codes = data.bins
+    words = 0 if data.level_masks is None else data.level_masks.shape[-1]
+    n_levels = 32 * words
+    V = max(n_bins, n_levels)  # value bins (codes are below V); bin V holds the missing values, if any
+    bins_per_feature = V if data.missing_code is None else V + 1
+    if data.missing_code is not None:
+        codes = jnp.where(codes == data.missing_code, V, codes)
     rows = jnp.where((state.leaf_id == node)[:, None], data.point_stats, 0.0)  # (n, S)
-    slot = data.bins + jnp.arange(F, dtype=data.bins.dtype) * n_bins  # (n, F) feature-major
+    slot = codes + jnp.arange(F, dtype=codes.dtype) * bins_per_feature  # (n, F) feature-major
     hist = jax.ops.segment_sum(
         jnp.broadcast_to(rows[:, None, :], (n, F, rows.shape[1])).reshape(n * F, -1), slot.reshape(-1),
-        num_segments=F * n_bins,
-    ).reshape(F, n_bins, -1)
-    left = jnp.cumsum(hist, axis=1)
-    gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)
+        num_segments=F * bins_per_feature,
+    ).reshape(F, bins_per_feature, -1)
     lo, hi = state.lo[node], state.hi[node]
-    width = jnp.maximum(hi - lo, 0)
-    n_valid = jnp.sum(width > 0)
-    cut = jnp.arange(n_bins)
+    levels = None if state.levels is None else state.levels[node]
+    n_valid = jnp.sum(rule_available(lo, hi, levels))
+    base = -jnp.log(jnp.maximum(n_valid, 1).astype(jnp.float32))
+    if data.missing_code is not None:
+        base = base - jnp.log(2.0)
+    R = _ranks(n_bins)
+    C = max(n_bins, 2**R) if words else n_bins
+    cut = jnp.arange(C)
+    pad = lambda a, v: jnp.pad(a, ((0, 0), (0, C - a.shape[1])) + ((0, 0),) * (a.ndim - 2), constant_values=v)  # noqa: E731
+    left = pad(jnp.cumsum(hist[:, :n_bins], axis=1), 0.0)  # ordered: codes <= cut
     valid = (cut[None, :] >= lo[:, None]) & (cut[None, :] < hi[:, None])
-    log_rule = -jnp.log(jnp.maximum(n_valid, 1)) + log_cut_probs(data.cut_cumwidth, lo, hi)[:, :n_bins]
-    return gain, jnp.where(valid, log_rule, -jnp.inf)
+    log_rule = pad(base + log_cut_probs(data.cut_cumwidth, lo, hi)[:, :n_bins], -jnp.inf)
+    rank, too_many = None, jnp.bool_(False)
+    if words:
+        is_cat = categorical(data)
+        avail = _unpack(levels)  # (F, 32 W)
+        rank = jnp.where(avail, jnp.cumsum(avail, axis=-1) - 1, -1)
+        # the node's rows by the rank of their level (1 .. R), then every subset of those ranks
+        by_rank = jnp.einsum("frl,fls->frs", (rank[:, None, :] == jnp.arange(1, R + 1)[None, :, None]).astype(
+            hist.dtype), hist[:, :n_levels])
+        subsets = (np.arange(C)[:, None] >> np.arange(R)[None, :]) & 1  # (C, R); beyond 2**R: invalid
+        left = jnp.where(is_cat[:, None, None], jnp.einsum("tr,frs->fts", jnp.asarray(subsets, hist.dtype), by_rank),
+                         left)
+        k = _popcount(levels)  # (F,)
+        cat_valid = (cut[None, :] > 0) & (cut[None, :] < jnp.left_shift(1, jnp.clip(k - 1, 0, R))[:, None])
+        valid = jnp.where(is_cat[:, None], cat_valid & (k[:, None] >= 2), valid)
+        log_rule = jnp.where(is_cat[:, None], (base - _log_partitions(k))[:, None], log_rule)
+        too_many = jnp.any(is_cat & (k > R + 1))
+    if data.missing_code is not None:  # (F, C, 2, S): missing values right, left
+        left = jnp.stack([left, left + hist[:, V][:, None, :]], axis=2)
+        gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)
+    else:
+        gain = data.likelihood.split_gain(state.stats, leaf_nodes(state.tree), node, left)[:, :, None]
+    B = gain.shape[2]
+    log_rule = jnp.where(valid, log_rule, -jnp.inf)
+    return gain, jnp.broadcast_to(log_rule[..., None], log_rule.shape + (B,)), rank, too_many
+
+
+def _prior_rule(uniforms: Array, key: PRNGKey | None, state: cgm.CGMState, node: Array, data: TreeData) -> Rule:
+    """A rule from the prior's ``p_rule`` at ``node`` (uniform feature with an available rule, a
+    cut by the prior's weights; with categorical features or missing values, a uniform two-way
+    partition of the available levels from ``fold_in(key, 1)`` and the missing-value bit from
+    ``fold_in(key, 0)``)."""
+    lo, hi = state.lo[node], state.hi[node]
+    if not general_rules(data):
+        return Rule(*draw_rule(uniforms[1], uniforms[2], lo, hi, data.cut_cumwidth))
+    levels = None if state.levels is None else state.levels[node]
+    return draw_rule_general(jax.random.fold_in(key, 1), uniforms[1], uniforms[2],
+                             jax.random.uniform(jax.random.fold_in(key, 0)), lo, hi, levels, data,
+                             state.tree.nan_left is not None)
+
+
+def _chosen_rule(flat: Array, C: int, B: int, rank: Array | None, state: cgm.CGMState, data: TreeData) -> Rule:
+    """The rule at index ``flat`` of :func:`rule_masses`' flattened (F, C, B) candidates."""
+    f = (flat // (C * B)).astype(jnp.int32)
+    c = (flat // B) % C
+    is_cut, mask = True, None
+    if rank is not None:  # the levels whose rank r >= 1 has bit r - 1 set in subset c
+        is_cut = ~categorical(data)[f]
+        r = rank[f]
+        subset = (r >= 1) & ((c >> jnp.clip(r - 1, 0, 31)) & 1 == 1)
+        mask = jnp.where(is_cut, jnp.uint32(0), _pack(subset, state.tree.levels_left.shape[-1]))
+    nan_left = (flat % B == 1) if state.tree.nan_left is not None else None
+    return Rule(f, jnp.where(is_cut, c, 0).astype(jnp.int32), nan_left, mask)
+
+
+def _grown(state: cgm.CGMState, node: Array, rule: Rule, data: TreeData, config: SMCConfig) -> cgm.CGMState:
+    """The scored particle after splitting leaf ``node`` on ``rule``: numeric data touch only the
+    leaf's rows; with categorical features or missing values the tree is re-scored whole
+    (:func:`bdtree_jax.kernels._moves.score`: the children's statistics, cut intervals and
+    available levels)."""
+    if not general_rules(data):
+        return propose_grow(state, node, rule.feature, rule.cut, data, config.cgm)
+    grown = score(grow(state.tree, node, rule.feature, rule.cut, rule), data, config.cgm, state.beta)
+    return grown._replace(leaf_id=grown.leaf_id.astype(state.leaf_id.dtype))
 
 
 def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, config: SMCConfig, n_bins: int,
              reference: Tree | None = None, is_reference: Array | bool = False, key: PRNGKey | None = None):
     """Decide one particle's next node.  uniforms: (3,); ``key``: the particle's key of
-    :func:`move_draws` (categorical features or missing values only: then
-    :func:`bdtree_jax.kernels.smc_general.advance` decides).  Returns (state, last, log increment).
+    :func:`move_draws` (categorical features or missing values only).  Returns (state, last, log
+    increment).
 
     The increments target ``p(T) L(T)^beta`` with the particle's ``state.beta`` (1 for SMC; a
     tempered rung for Particle Gibbs).  With ``reference`` (a Tree of (N,)) and
@@ -273,34 +387,33 @@ def _advance(uniforms: Array, state: cgm.CGMState, last: Array, data: TreeData, 
     if config.proposal != "prior":
         check_valid_cuts(data, "The one-step-optimal particle proposal (proposal='posterior')")
     node, has = _next_node(state, last, data)
-    if general_rules(data):
-        return smc_general.advance(uniforms, key, state, node, has, data, config, n_bins, reference, is_reference)
     p = data.split_prob[node]
     beta = state.beta
     if config.proposal == "prior":
         split = has & (uniforms[0] < p)
-        feature, cut = draw_rule(uniforms[1], uniforms[2], state.lo[node], state.hi[node], data.cut_cumwidth)
+        rule = _prior_rule(uniforms, key, state, node, data)
     else:
-        gain, log_rule = _rule_gains(state, node, data, n_bins)
-        log_mass = jnp.concatenate([jnp.log1p(-p)[None], (jnp.log(p) + log_rule + beta * gain).reshape(-1)])
+        gain, log_rule, rank, too_many = rule_masses(state, node, data, n_bins)
+        F, C, B = gain.shape
+        rule_mass = jnp.where(jnp.isneginf(log_rule), -jnp.inf, jnp.log(p) + log_rule + beta * gain)
+        log_mass = jnp.concatenate([jnp.log1p(-p)[None], rule_mass.reshape(-1)])
         log_total = jax.nn.logsumexp(log_mass)
         cdf = jnp.cumsum(jnp.exp(log_mass - log_total))
         choice = jnp.minimum(jnp.sum(uniforms[0] * cdf[-1] >= cdf), log_mass.shape[0] - 1)
         split = has & (choice > 0)
-        feature = ((choice - 1) // n_bins).astype(jnp.int32)
-        cut = ((choice - 1) % n_bins).astype(jnp.int32)
+        rule = _chosen_rule(jnp.maximum(choice - 1, 0), C, B, rank, state, data)
     if reference is not None:
         split = jnp.where(is_reference, has & reference.is_split[node], split)
-        feature = jnp.where(is_reference, reference.feature[node], feature).astype(jnp.int32)
-        cut = jnp.where(is_reference, reference.cut[node], cut).astype(jnp.int32)
-    grown = propose_grow(state, node, feature, cut, data, config.cgm)
+        rule = Rule(*(None if a is None else jnp.where(is_reference, r, a).astype(a.dtype)
+                      for a, r in zip(rule, rule_at(reference, node))))
+    grown = _grown(state, node, rule, data, config)
     if config.proposal == "prior":
         # valid_cuts="ancestors": the proposal draws from the untruncated prior process, so a
         # split leaving a leaf below min_leaf_size rows (the truncated prior's 0) weighs 0
         truncated = jnp.where(jnp.isneginf(grown.log_prior), -jnp.inf, 0.0) if data.cut_count is not None else 0.0
         increment = jnp.where(split, beta * (grown.log_lik - state.log_lik) + truncated, 0.0)
-    else:
-        increment = jnp.where(has, log_total, 0.0)
+    else:  # a node with more available levels than the subset table covers: NaN (methods refuse it)
+        increment = jnp.where(has, jnp.where(too_many, jnp.nan, log_total), 0.0)
     new = jax.tree.map(lambda a, b: jnp.where(split, a, b), grown, state)
     n = state.tree.is_split.shape[-1]
     return new, jnp.where(has, node, n).astype(jnp.int32), increment.astype(jnp.float32)
@@ -414,3 +527,30 @@ def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMC
 def compiled_run(config: SMCConfig, n_bins: int):
     """``jit(run)`` for a configuration, cached so equal configurations share the executable."""
     return jax.jit(functools.partial(run, config=config, n_bins=n_bins))
+
+
+def n_codes(grid) -> int:
+    """The largest code + 1 of a split grid's features (bins, levels): the kernels' static
+    ``n_bins`` for the one-step-optimal proposal."""
+    count = getattr(grid, "level_count", None)
+    return max(int(grid.n_cuts.max()) + 1, int(np.max(count, initial=0)) if count is not None else 0)
+
+
+def check_data(data: TreeData, grid, proposal: str, structure: str, names, who: str) -> None:
+    """Refuse, before anything is compiled, what SMC and Particle Gibbs do not sample with
+    categorical features or missing values (a ``ValueError`` naming the option): box constraints,
+    another structure than CGM98's, and, for the one-step-optimal proposal, a categorical feature
+    of more than :data:`MAX_POSTERIOR_LEVELS` levels (naming the column and ``proposal="prior"``).
+    Numeric data pass."""
+    if not general_rules(data):
+        return
+    check_general_rules(data, structure, who)
+    count = np.asarray(getattr(grid, "level_count", None) if getattr(grid, "level_count", None) is not None else [0])
+    if proposal != "prior" and count.max(initial=0) > MAX_POSTERIOR_LEVELS:
+        f = int(np.argmax(count))
+        col = repr(names[f]) if names is not None else str(f)
+        raise ValueError(
+            f"{who}: proposal={proposal!r} (the one-step-optimal proposal) scores every partition of a categorical "
+            f"feature's levels and supports at most {MAX_POSTERIOR_LEVELS} levels; column {col} has {int(count[f])}. "
+            "Use proposal='prior', which draws level sets from the prior for any number of levels, or group rare "
+            "levels.")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..kernels import cgm as cgm_kernel, pg as pg_kernel, smc as smc_kernel, smc_general
-from ..priors.categorical import general_rules
+from ..kernels import cgm as cgm_kernel, pg as pg_kernel, smc as smc_kernel
 from .base import Kernel, MCMCMethod, with_tempering
 
 __all__ = ["PG"]
@@ -45,11 +44,9 @@ class PG(MCMCMethod):
 
     def kernel(self, problem, chain_method, betas, num_warmup, where=""):
         prior, n_cuts = problem.prior, int(problem.grid.n_cuts.max())
-        n_bins = n_cuts + 1
-        if general_rules(problem.data):
-            smc_general.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
-                                   f"{where}method='pg'")
-            n_bins = smc_general.n_codes(problem.grid)
+        smc_kernel.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
+                              f"{where}method='pg'")
+        n_bins = smc_kernel.n_codes(problem.grid)  # bins or levels
         config = pg_kernel.PGConfig(
             prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal, n_bins=n_bins,
             trace_dtypes=cgm_kernel.CGMConfig.from_prior(

@@ -11,10 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..driver import run_independent
-from ..kernels import smc as smc_kernel, smc_general
-from ..priors.categorical import general_rules
-
 from .._renamed import accepts_renamed
+from ..kernels import smc as smc_kernel
 from .base import Method, independent_stats
 
 __all__ = ["SMC"]
@@ -74,11 +72,9 @@ class SMC(Method):
         prior = problem.prior
         config = smc_kernel.SMCConfig(prior.max_depth, prior.min_leaf_size, int(self.num_particles), self.proposal,
                                       float(self.ess_threshold), self.resampling, self.grow, int(self.num_islands))
-        n_bins = int(problem.grid.n_cuts.max()) + 1
-        if general_rules(problem.data):
-            smc_general.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
-                                   f"{where}method='smc'")
-            n_bins = smc_general.n_codes(problem.grid)
+        smc_kernel.check_data(problem.data, problem.grid, self.proposal, prior.structure, problem.names,
+                              f"{where}method='smc'")
+        n_bins = smc_kernel.n_codes(problem.grid)
         key = jax.random.key(options.seed)
         t0 = time.perf_counter()
         runs = run_independent(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..kernels import cgm as cgm_kernel, wu as wu_kernel, wu_general
+from ..kernels import cgm as cgm_kernel, wu as wu_kernel
 from ..priors.categorical import check_general_rules, general_rules
 from .._renamed import accepts_renamed
 from .base import Kernel, MCMCMethod, check_integer, with_tempering
@@ -22,8 +22,7 @@ class WU(MCMCMethod):
     ``num_local_steps`` CGM steps.  Samples the CGM98 and the pinball structure priors.  With
     categorical features or missing values (docs/categorical-missing.md) the local steps are the
     general-rule CGM chain and the restructure the Metropolis–Hastings move over the rules that
-    keep every leaf group on one side (:mod:`~bdtree_jax.kernels.wu_general`; CGM98 prior only,
-    no fibre-Gibbs draw).
+    keep every leaf group on one side (CGM98 prior only, no fibre-Gibbs draw).
 
     Parameters
     ----------
@@ -72,7 +71,5 @@ class WU(MCMCMethod):
         )
         wu_config = wu_kernel.WUConfig(config, int(self.num_local_steps), restructure=self.restructure,
                                        max_groups=self.max_groups)
-        algorithm = with_tempering(
-            (wu_general.wu_general if wu_config.cgm_config.general_rules else wu_kernel.wu)(wu_config), betas,
-            chain_method)
+        algorithm = with_tempering(wu_kernel.wu(wu_config), betas, chain_method)
         return Kernel(problem.data, (wu_config, tuple(betas)), algorithm)

@@ -95,7 +95,8 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_problem, max_depth, min_l
     assert len(names) == size
     config = cgm.CGMConfig(max_depth, min_leaf_size)
     heaps = stack_trees(names, grid.thresholds, max_depth)
-    is_group, glo, ghi = fibre_gibbs.group_bins(state, data)
+    groups = wu.group_codes(state, data)
+    is_group = groups.is_group
     assert int(is_group.sum()) == int(start.count("L"))
     u0 = jnp.zeros(heaps.is_split.shape[1])
     replay_only = jnp.array([False])
@@ -108,7 +109,7 @@ def test_proposal_and_ratio_are_exact_on_the_fibre(toy_problem, max_depth, min_l
 
     for weights in ("prior", "uniform"):
         rc = wu.RestructureConfig(max_depth, min_leaf_size, weights)
-        replay = jax.jit(jax.vmap(lambda t, rc=rc: wu._sweep(u0, t, replay_only, state, is_group, glo, ghi, data, rc)))
+        replay = jax.jit(jax.vmap(lambda t, rc=rc: wu._sweep(u0, None, t, replay_only, state, groups, data, rc)))
         replay = jax.device_get(jax.tree.map(lambda a: a[:, 0], replay(heaps)))
         assert replay.valid.all() and not replay.overflow.any()
         # the sweep's prior is the enumerated prior of every fibre tree

@@ -1,9 +1,9 @@
-"""The general-rule CGM step of BART's tree updates with local leaf and stat updates.
+"""BART's CGM tree step with local leaf and stat updates, for rules with level sets and missing-value bits.
 
-The same Metropolis–Hastings chain as :func:`bdtree_jax.kernels.cgm_general.step` (and its
+The same Metropolis–Hastings chain as :func:`bdtree_jax.kernels.cgm.step_with_uniforms` (and its
 flip step): the same draws, the same proposals and the same acceptance ratio, read from the
 same prior terms (:mod:`bdtree_jax.priors.categorical`, through
-:func:`~bdtree_jax.kernels.cgm_general.rescore`).  Only the rows and the statistics a move
+:func:`~bdtree_jax.kernels._moves.rescore`).  Only the rows and the statistics a move
 touches are recomputed, instead of re-routing every row through the whole proposed tree:
 
 * a grow at leaf ``l`` sends the rows with ``leaf_id == l`` to ``2l+1`` / ``2l+2`` by the new rule
@@ -15,7 +15,7 @@ touches are recomputed, instead of re-routing every row through the whole propos
 * change and swap (``tree_sampler="cgm"``) re-score the tree whole, as before.
 
 The leaves' stats are summed with the same scatter as a full re-score (each leaf's rows in the
-same order), so they are bitwise those of :func:`~bdtree_jax.kernels.cgm_general.score`, and so
+same order), so they are bitwise those of :func:`~bdtree_jax.kernels._moves.score`, and so
 are the log likelihood, the prior and every accept / reject decision; the internal nodes' stats
 (which no decision reads) may differ from a full re-score by float rounding.
 """
@@ -29,9 +29,8 @@ from ..data import TreeData
 from ..priors import subtree_sums
 from ..priors.categorical import draw_rule_general, log_rule_prob_general
 from ..tree import change, goes_left, grow, in_subtree, leaf_index, prune, rule_at, swap
-from ._moves import CGMState, mh_log_ratio, pick
-from .cgm import CGMInfo, _choose_move, _log_move_probs, _log_q_ratio
-from .cgm_general import rescore, score, targets
+from ._moves import CGMState, mh_log_ratio, pick, rescore, score, targets
+from .cgm import CGMInfo, _choose_move, _log_move_probs, _log_q_ratio, flip_proposal
 
 __all__ = ["step"]
 
@@ -76,7 +75,7 @@ def _rerouted(state: CGMState, tree, node, data: TreeData, config) -> CGMState:
 
 
 def step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, object]:
-    """:func:`bdtree_jax.kernels.cgm_general.step` (one MH proposal, then the flip step) with
+    """:func:`bdtree_jax.kernels.cgm.step_with_uniforms` (one MH proposal, then the flip step) with
     the local updates of the module docstring; the same draws, decisions and trees."""
     uniforms, key = draws
     tree = state.tree
@@ -115,29 +114,9 @@ def step(draws, state: CGMState, data: TreeData, config) -> tuple[CGMState, obje
 
 
 def _flip_step(uniforms, state: CGMState, data: TreeData, config) -> CGMState:
-    """:func:`bdtree_jax.kernels.cgm_general._flip_step` re-routing only the flipped node's rows."""
+    """:func:`bdtree_jax.kernels.cgm.flip_proposal` re-routing only the flipped node's rows."""
     tree = state.tree
-    internal = tree.is_split
-    node = pick(internal, uniforms[0])
-    rule = rule_at(tree, node)
-    bits = tree.nan_left is not None
-    categorical = jnp.any(rule.levels_left != 0) if rule.levels_left is not None else jnp.bool_(False)
-    flip_level = categorical & ((uniforms[1] < 0.5) if bits else True)
-    possible = jnp.any(internal) & (flip_level | bits)
-    new_rule = rule
-    if bits:
-        new_rule = new_rule._replace(nan_left=jnp.where(flip_level, rule.nan_left, ~rule.nan_left))
-    if rule.levels_left is not None:
-        avail = state.levels[node, rule.feature]
-        low = avail & (~avail + jnp.uint32(1))
-        low = jnp.where(jnp.cumsum(avail != 0) - (avail != 0) > 0, jnp.uint32(0), low)  # the lowest word's only
-        eligible = avail & ~low
-        bit_index = jnp.arange(32 * eligible.shape[-1])
-        on = ((eligible[bit_index // 32] >> (bit_index % 32).astype(jnp.uint32)) & 1) == 1
-        chosen = pick(on, uniforms[2])
-        flip = jnp.where(jnp.arange(eligible.shape[-1]) == chosen // 32,
-                         jnp.uint32(1) << (chosen % 32).astype(jnp.uint32), jnp.uint32(0))
-        new_rule = new_rule._replace(levels_left=jnp.where(flip_level, rule.levels_left ^ flip, rule.levels_left))
+    node, new_rule, possible = flip_proposal(uniforms, state)
 
     def flipped():
         proposed = _rerouted(state, change(tree, node, new_rule.feature, new_rule.cut, new_rule), node, data, config)
