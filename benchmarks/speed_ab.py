@@ -53,7 +53,8 @@ else:
     y = (10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4]
          + rng.normal(size=n))
     chains = 1
-    make = lambda t: bd.BARTRegressor(num_trees=trees, num_warmup=0, num_samples=t, num_chains=1, seed=0,
+    count = "num_trees" if "num_trees" in bd.BARTRegressor().get_params() else "n_trees"  # the older spelling
+    make = lambda t: bd.BARTRegressor(**{count: trees}, num_warmup=0, num_samples=t, num_chains=1, seed=0,
                                       progress=False)
 
 def wall(t):
