@@ -35,6 +35,10 @@ def _backends_started() -> bool:
         return False
 
 
+def _xla_flags_force_count() -> bool:
+    return "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+
+
 def set_cpu_device_count(n: int | None = None) -> int:
     """Expose ``n`` CPU devices to JAX (default ``min(os.cpu_count(), 8)``) so chains run in parallel.
 
@@ -71,7 +75,7 @@ def apply_cpu_devices_env() -> int | None:
         n = int(env)
     except ValueError:
         raise ValueError(f"{ENV_VAR} must be a positive integer; got {env!r}.") from None
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or _backends_started():
+    if _xla_flags_force_count() or _backends_started():
         return None
     return set_cpu_device_count(n)
 
@@ -82,7 +86,6 @@ def use_cpu_cores_unless_chosen() -> int | None:
     chose, or JAX has started.  Returns the number set, or None."""
     import jax
 
-    if (os.environ.get(ENV_VAR) or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-            or jax.config.jax_num_cpu_devices != -1 or _backends_started()):
+    if os.environ.get(ENV_VAR) or _xla_flags_force_count() or jax.config.jax_num_cpu_devices != -1 or _backends_started():
         return None
     return set_cpu_device_count()
