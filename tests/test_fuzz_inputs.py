@@ -361,7 +361,12 @@ def compiles():
     listener = _Compiles()
     jax.monitoring.register_event_duration_secs_listener(listener)
     yield listener
-    jax.monitoring.unregister_event_duration_listener(listener)
+    # the public name arrived after jax 0.7 (the lowest version we support); the private one is 0.7's
+    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if unregister is None:
+        from jax._src import monitoring as _monitoring
+        unregister = _monitoring._unregister_event_duration_listener_by_callback
+    unregister(listener)
 
 
 def run_case(case: Case, compiles: _Compiles, *, to_the_end: bool = False, call=None,
