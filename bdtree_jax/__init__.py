@@ -20,7 +20,7 @@ from .posterior import BARTClassifierPosterior, BARTPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .api import load, sample  # noqa: E402
-from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, RunOptions, Tempering  # noqa: E402
+from .methods import CGM, PCFG, PG, RJHMC, SMC, WU, Converged, RunOptions, Tempering  # noqa: E402
 from .problem import TreeProblem, build_problem  # noqa: E402
 from .tree import Tree  # noqa: E402
 from ._files import BdtreeFileError, PickleFileWarning  # noqa: E402
@@ -40,6 +40,7 @@ __all__ = [
     "BayesianTreeRegressor",
     "BdtreeFileError",
     "CGM",
+    "Converged",
     "ConvergenceWarning",
     "DirichletMultinomial",
     "NormalMeanShift",

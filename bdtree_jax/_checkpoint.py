@@ -6,6 +6,7 @@ renamed, so an interrupted write leaves the previous checkpoint)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import NamedTuple
 
@@ -68,6 +69,14 @@ def _read_checkpoint(path, ident) -> dict | None:
     return saved if isinstance(saved, dict) and saved.get("ident") == ident else None
 
 
+def checkpoint_ident(path) -> str | None:
+    """The identity of the run the checkpoint at ``path`` belongs to; None if there is no file."""
+    if path is None or not os.path.exists(path):
+        return None
+    saved = read_file(path, "checkpoint", remedy=_REMEDY)
+    return saved.get("ident") if isinstance(saved, dict) else None
+
+
 def _write_checkpoint(path, ident, start, chunks, states) -> None:
     """The one writer of checkpoints: ``start`` units done (iterations of :func:`run_chains`,
     chains of :func:`run_independent`), their results ``chunks`` and the states to go on from.
@@ -77,3 +86,24 @@ def _write_checkpoint(path, ident, start, chunks, states) -> None:
     if jax.process_index() != 0:
         return
     write_file(path, "checkpoint", dict(ident=ident, start=start, chunks=chunks, states=states))
+
+
+def _fingerprint(*parts) -> str:
+    """A sha256 hex digest of ``parts`` (arrays by dtype, shape and bytes; anything else by ``repr``)."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, (np.ndarray, jax.Array)):
+            a = np.asarray(p)
+            h.update(str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+        else:
+            h.update(repr(p).encode())
+    return h.hexdigest()
+
+
+def run_ident(fingerprint, key, num_chains: int, num_iterations: int, data, num_warmup: int = 0, thin: int = 1,
+              data_shards: int = 1) -> str:
+    """The identity of a :func:`~bdtree_jax.driver.run_chains` run, which its checkpoints carry (a file is resumed
+    only by the run it belongs to)."""
+    extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
+    return _fingerprint(fingerprint, jax.random.key_data(key), num_chains, num_iterations, *extra,
+                        *jax.tree.leaves(data))

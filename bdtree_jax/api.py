@@ -23,7 +23,8 @@ LEAF_OPTIONS = tuple(dict.fromkeys(k for keys in LIKELIHOOD_OPTIONS.values() for
 def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior | None = None, likelihood=None,
            tempering=None, num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
            progress: bool | None = None, checkpoint=None, block_size: int | None = None, devices=None,
-           chain_method: str | None = None, data_shards: int = 1, thin: int = 1, categorical_features="from_dtype",
+           chain_method: str | None = None, data_shards: int = 1, thin: int = 1, run_until=None,
+           categorical_features="from_dtype",
            missing: str = "mia", **deprecated):
     """Sample the posterior over trees for data ``(X, y)``.
 
@@ -42,10 +43,11 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
         The leaf model: None for the task's default, a mapping of its hyperparameters
         (``{"concentration": 0.5}``, ``{"nu": 5.0}`` ...; :func:`~bdtree_jax.problem.build_problem`) or an instance.
     tempering : Tempering or None: Metropolis-coupled MCMC (MCMC methods only).
-    num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method, data_shards, thin
+    num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method, data_shards, thin, run_until
         The run's options (:class:`~bdtree_jax.methods.RunOptions`): ``data_shards`` splits every
         chain's rows over that many devices, ``thin`` keeps every ``thin``-th draw after warm-up
-        (``num_samples`` draws kept).
+        (``num_samples`` draws kept), ``run_until=bd.Converged(...)`` keeps sampling (MCMC
+        methods) until the chains pass the convergence check or its budget ends.
     categorical_features, missing
         Categorical columns (default "from_dtype") and missing cells ("mia" or "error"): as
         :func:`~bdtree_jax.problem.build_problem` (docs/categorical-missing.md; method "cgm" only).
@@ -73,7 +75,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     method, tempering, prior, likelihood = _from_deprecated(method, deprecated, tempering, prior, likelihood, where)
     try:
         options = RunOptions(num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices,
-                             chain_method, data_shards, thin)
+                             chain_method, data_shards, thin, run_until)
     except ValueError as e:
         raise ValueError(where + str(e)) from None
     problem = build_problem(X, y, task=task, prior=prior, likelihood=likelihood, where=where,

@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import sys
@@ -34,13 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from ._checkpoint import _from_host, _host, _read_checkpoint, _to_host, _write_checkpoint
+from ._checkpoint import _fingerprint, _from_host, _host, _read_checkpoint, _to_host, _write_checkpoint, run_ident
 from ._renamed import CHAIN_METHODS_RENAMED, renamed_value
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
 
 __all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_count", "chain_devices", "clear_compiled",
-           "ROW_AXES", "row_count", "row_specs", "recorded_count"]
+           "ROW_AXES", "row_count", "row_specs", "recorded_count", "run_ident"]
 
 _TRACES = {"count": 0}
 _LOG = logging.getLogger(__name__)
@@ -324,17 +323,6 @@ def _get_program(kind: str, algorithm: SamplingAlgorithm, block_size: int, devic
     return _PROGRAMS[key]
 
 
-def _fingerprint(*parts) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        if isinstance(p, (np.ndarray, jax.Array)):
-            a = np.asarray(p)
-            h.update(str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
-        else:
-            h.update(repr(p).encode())
-    return h.hexdigest()
-
-
 def run_chains(
     algorithm: SamplingAlgorithm,
     data,
@@ -353,6 +341,7 @@ def run_chains(
     data_shards: int | None = None,
     num_warmup: int = 0,
     thin: int = 1,
+    resume: dict | None = None,
 ) -> tuple[dict, Any]:
     """Run ``num_chains`` chains of ``algorithm`` for ``num_iterations`` iterations.
 
@@ -393,6 +382,11 @@ def run_chains(
     thin : int >= 1, default 1
         After ``num_warmup`` keep every ``thin``-th iteration (``num_warmup + thin - 1``,
         ``num_warmup + 2 thin - 1`` ...); the others are never recorded.
+    resume : None or ``{"start": t, "chunks": [traces], "states": states}``: go on from iteration
+        ``t`` of this run (as a checkpoint does; a checkpoint file that belongs to the run wins):
+        ``chunks`` hold its recorded iterations of ``[0, t)`` (``recorded_count(t, num_warmup,
+        thin)`` of them, host arrays ``(num_chains, ., ...)``) and ``states`` the chains' states
+        after iteration ``t - 1``.  The result equals an uninterrupted run.
 
     Returns
     -------
@@ -425,10 +419,7 @@ def run_chains(
     block_size = int(min(block_size, max(num_iterations, 1)))
     num_recorded = recorded_count(num_iterations, num_warmup, thin)
     chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))  # keys: fold_in only
-    extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
-    ident = _fingerprint(
-        fingerprint, jax.random.key_data(key), num_chains, num_iterations, *extra, *jax.tree.leaves(data)
-    )
+    ident = run_ident(fingerprint, key, num_chains, num_iterations, data, num_warmup, thin, data_shards)
     init_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1)
 
     shardings = None
@@ -461,6 +452,8 @@ def run_chains(
 
     saved = _read_checkpoint(checkpoint, ident)
     _report_resume(checkpoint, saved, num_iterations, "iteration", num_chains)
+    if saved is None and resume is not None:
+        saved = resume
     if saved is not None:
         start = saved["start"]
         at = 0

@@ -152,11 +152,12 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
         Symmetric Dirichlet concentration of the leaf class probabilities.
     tempering : Tempering or None
         Metropolis-coupled MCMC (:class:`~bdtree_jax.methods.Tempering`; MCMC methods only).
-    num_warmup, num_samples, num_chains, seed, checkpoint, block_size, chain_method, data_shards, thin
+    num_warmup, num_samples, num_chains, seed, checkpoint, block_size, chain_method, data_shards, thin, run_until
         The run's options (:class:`~bdtree_jax.methods.RunOptions`; defaults 1000, 1000, 4, 0,
-        None, None, None, 1, 1): ``data_shards`` splits every chain's training rows over that
+        None, None, None, 1, 1, None): ``data_shards`` splits every chain's training rows over that
         many devices (MCMC methods; it divides the devices and the rows), ``thin`` keeps every
-        ``thin``-th draw after warm-up (``num_samples`` kept).
+        ``thin``-th draw after warm-up (``num_samples`` kept), ``run_until``
+        (:class:`~bdtree_jax.Converged`) keeps sampling until the chains pass the convergence check.
     progress : bool or None, default False
         Show a progress bar (None: when stderr is a terminal).
     categorical_features : "from_dtype", None, or column indices, names or a boolean mask
@@ -196,7 +197,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
                  pinball_max_leaves: int | None = None, concentration: float = 1.0, tempering=None,
                  num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
                  progress: bool | None = False, checkpoint: str | None = None, block_size: int | None = None,
-                 chain_method: str | None = None, data_shards: int = 1, thin: int = 1,
+                 chain_method: str | None = None, data_shards: int = 1, thin: int = 1, run_until=None,
                  categorical_features="from_dtype", missing: str = "mia", **deprecated):
         _store(self, locals())
 
@@ -248,7 +249,7 @@ class BayesianTreeRegressor(RegressorMixin, _BayesianTree):
                  a: float | None = None, mu_bar: float | None = None, tempering=None, num_warmup: int = 1000,
                  num_samples: int = 1000, num_chains: int = 4, seed: int = 0, progress: bool | None = False,
                  checkpoint: str | None = None, block_size: int | None = None, chain_method: str | None = None,
-                 data_shards: int = 1, thin: int = 1, categorical_features="from_dtype", missing: str = "mia",
+                 data_shards: int = 1, thin: int = 1, run_until=None, categorical_features="from_dtype", missing: str = "mia",
                  **deprecated):
         _store(self, locals())
 

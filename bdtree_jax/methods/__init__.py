@@ -19,6 +19,7 @@ objects.
 """
 
 from .base import MCMCMethod, Method, RunOptions, Tempering
+from .until import Converged
 from .cgm import CGM
 from .flat import METHODS, from_flat, method_from_name
 from .pcfg import PCFG
@@ -27,5 +28,5 @@ from .rjhmc import RJHMC
 from .smc import SMC
 from .wu import WU
 
-__all__ = ["CGM", "METHODS", "MCMCMethod", "Method", "PCFG", "PG", "RJHMC", "RunOptions", "SMC", "Tempering", "WU",
+__all__ = ["CGM", "Converged", "METHODS", "MCMCMethod", "Method", "PCFG", "PG", "RJHMC", "RunOptions", "SMC", "Tempering", "WU",
            "from_flat", "method_from_name"]

@@ -20,11 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._renamed import CHAIN_METHODS_RENAMED, accepts_renamed, renamed_value
+from .._checkpoint import checkpoint_ident, run_ident
 from ..driver import BLOCK_SIZE, CHAIN_METHODS, check_rows, plan_chains, run_chains
 from ..features import check_supported
 from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
 from ._memory import check_run
+from .until import Converged, round_thins, run_rounds
 
 __all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "check_seed",
            "check_checkpoint", "with_tempering", "independent_stats"]
@@ -96,6 +98,10 @@ class RunOptions:
         from ``num_warmup + num_samples * thin`` iterations, the iterations
         ``num_warmup + thin - 1, num_warmup + 2 thin - 1, ...`` (the others are never recorded,
         so the traces take ``thin`` times less memory).  Warm-up iterations are all recorded.
+    run_until : Converged or None, default None
+        Keep sampling (MCMC methods) until the convergence check passes or a budget ends
+        (:class:`~bdtree_jax.methods.until.Converged`: rounds that double ``thin``, the memory of
+        ``num_samples`` draws); None: the fixed ``num_warmup + num_samples * thin`` iterations.
     """
 
     num_warmup: int = 1000
@@ -109,6 +115,7 @@ class RunOptions:
     chain_method: str | None = None
     data_shards: int = 1
     thin: int = 1
+    run_until: Converged | None = None
 
     def __post_init__(self):
         for name, low in (("num_warmup", 0), ("num_samples", 0), ("num_chains", 1), ("data_shards", 1), ("thin", 1)):
@@ -123,6 +130,8 @@ class RunOptions:
             raise ValueError(f"chain_method must be one of {CHAIN_METHODS} or None; got {self.chain_method!r}.")
         if self.devices is not None:
             object.__setattr__(self, "devices", tuple(self.devices))
+        if self.run_until is not None and not isinstance(self.run_until, Converged):
+            raise ValueError(f"run_until must be a bd.Converged or None; got {self.run_until!r}.")
 
 
 @accepts_renamed("n_temperatures")
@@ -245,6 +254,9 @@ class Method:
         if options.num_samples < self.min_samples:
             raise ValueError(f"{where}num_samples must be an integer >= {self.min_samples}; got "
                              f"{options.num_samples!r}.")
+        if options.run_until is not None and not self.runs_chains:
+            raise ValueError(f"{where}run_until applies to the MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
+                             f"method={self.name!r} draws independent runs; leave run_until=None.")
         for name in ("thin", "data_shards"):
             if getattr(options, name) != 1 and not self.runs_chains:
                 raise ValueError(f"{where}{name} applies to the MCMC methods ('cgm', 'hmc-df', 'hmc-dfi', 'pg', 'wu'); "
@@ -340,17 +352,46 @@ class MCMCMethod(Method):
             raise ValueError(where + str(e)) from None
         kernel = self.kernel(problem, plan.chain_method, betas, options.num_warmup, where)
         block_size = self.default_block_size if options.block_size is None else options.block_size
+        key, fingerprint = jax.random.key(options.seed), self._fingerprint(kernel, betas, problem)
         t0 = time.perf_counter()
-        traces, _ = run_chains(
-            kernel.algorithm, kernel.data, key=jax.random.key(options.seed), num_chains=options.num_chains,
-            num_iterations=options.num_warmup + options.num_samples * options.thin, block_size=block_size,
-            progress=options.progress, checkpoint=options.checkpoint,
-            fingerprint=self._fingerprint(kernel, betas, problem), description=self.name, plan=plan,
-            num_warmup=options.num_warmup, thin=options.thin,
-        )
-        seconds = time.perf_counter() - t0
-        info = dict(seed=options.seed, num_warmup=options.num_warmup, num_samples=options.num_samples,
-                    seconds=seconds, config=repr(kernel.config), **self._info(kernel, betas, problem))
-        if options.thin != 1 or plan.data_shards != 1:
-            info.update(thin=options.thin, data_shards=plan.data_shards)
-        return self.posterior(traces, problem, kernel, options.num_warmup, info)
+
+        def run_for(thin, resume=None):
+            return run_chains(
+                kernel.algorithm, kernel.data, key=key, num_chains=options.num_chains,
+                num_iterations=options.num_warmup + options.num_samples * thin, block_size=block_size,
+                progress=options.progress, checkpoint=options.checkpoint, fingerprint=fingerprint,
+                description=self.name, plan=plan, num_warmup=options.num_warmup, thin=thin, resume=resume,
+            )
+
+        def posterior_of(traces, thin, **extra):
+            info = dict(seed=options.seed, num_warmup=options.num_warmup, num_samples=options.num_samples,
+                        seconds=time.perf_counter() - t0, config=repr(kernel.config),
+                        **self._info(kernel, betas, problem), **extra)
+            if thin != 1 or plan.data_shards != 1:
+                info.update(thin=thin, data_shards=plan.data_shards)
+            return self.posterior(traces, problem, kernel, options.num_warmup, info)
+
+        if options.run_until is None:
+            return posterior_of(run_for(options.thin)[0], options.thin)
+        return self._run_until(options, plan, key, fingerprint, kernel, run_for, posterior_of)
+
+    def _run_until(self, options, plan, key, fingerprint, kernel, run_for, posterior_of):
+        """``run_until``'s rounds (:func:`~bdtree_jax.methods.until.run_rounds`); the posterior's
+        ``info["run_until"]`` reports them."""
+        from ..diagnostics import convergence_diagnostics
+
+        until = options.run_until
+        thins = round_thins(options.thin, options.num_samples, until.max_iterations)
+        saved = checkpoint_ident(options.checkpoint)
+        first = next((r for r, thin in enumerate(thins) if saved is not None and saved == run_ident(
+            fingerprint, key, options.num_chains, options.num_warmup + options.num_samples * thin, kernel.data,
+            options.num_warmup, thin, plan.data_shards)), 0)
+
+        def diagnose(traces, thin):
+            posterior = posterior_of(traces, thin)
+            return posterior, convergence_diagnostics(posterior)
+
+        posterior, report = run_rounds(until, options.thin, options.num_warmup, options.num_samples, run_for,
+                                       diagnose, first_round=first)
+        posterior.info["run_until"] = report
+        return posterior
