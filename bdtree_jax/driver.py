@@ -15,7 +15,8 @@
   so the host traces hold ``num_warmup + (num_iterations - num_warmup) // k`` iterations.
 * Iterations run in fixed-size blocks (a loop of up to ``block_size`` steps writing into the
   block's trace buffers; the last block stops early), so the number of iterations is not part of
-  the compiled shape: one compilation serves any run length.
+  the compiled shape: one compilation serves any run length, and any ``num_warmup`` and ``thin``
+  (arguments of the program).
 * Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint
   (resuming from one is logged: :func:`_report_resume`).
 """
