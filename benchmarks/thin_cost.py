@@ -37,8 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
-
 
 def measure(iterations: int, rounds: int, thins: list[int], chains: int) -> dict:
     """Run the interleaved rounds in this process; returns µs per iteration (wall and CPU) and
@@ -107,15 +105,17 @@ def main(argv=None):
     parser.add_argument("--checkouts", nargs=2, metavar=("A", "B"), help="compare two checkouts in subprocesses")
     parser.add_argument("--alternations", type=int, default=2, help="with --checkouts: A B repeated this often")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (what --checkouts reads)")
+    parser.add_argument("--out", help="with --checkouts: also write the report to OUT.md and the results to OUT.json")
     args = parser.parse_args(argv)
     if args.checkouts is None:
         result = json.loads(json.dumps(measure(args.iterations, args.rounds, args.thins, args.chains)))
         print(json.dumps(result) if args.json else _table("this checkout", result))
         return result
-    results = {c: [] for c in args.checkouts}
+    results, report = {c: [] for c in args.checkouts}, []
     for _ in range(args.alternations):
         for checkout in args.checkouts:
-            env = dict(os.environ, PYTHONPATH=str(Path(checkout).resolve()), JAX_PLATFORMS="cpu")
+            env = dict(os.environ, PYTHONPATH=str(Path(checkout).resolve()), JAX_PLATFORMS="cpu",
+                       PYTHONWARNINGS="ignore")
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--iterations", str(args.iterations),
                    "--rounds", str(args.rounds), "--chains", str(args.chains), "--thins", *map(str, args.thins)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
@@ -123,13 +123,18 @@ def main(argv=None):
                 raise RuntimeError(f"{checkout} failed:\n{out.stderr[-3000:]}")
             result = json.loads(out.stdout.strip().splitlines()[-1])
             results[checkout].append(result)
-            print(_table(checkout, result), "\n", flush=True)
+            report.append(_table(checkout, result))
+            print(report[-1], "\n", flush=True)
     for clock in ("wall", "cpu"):
         for checkout, runs in results.items():
             ratios = {k: statistics.median(r[clock]["median_ratio"][str(k)] for r in runs) for k in args.thins}
             us = {k: statistics.median(r[clock]["median_us"][str(k)] for r in runs) for k in args.thins}
-            print(f"{clock:4s} {checkout}: median over {len(runs)} runs: " +
-                  ", ".join(f"thin={k}: {us[k]:.1f} µs ({ratios[k]:.3f}x)" for k in args.thins))
+            report.append(f"{clock:4s} {checkout}: median over {len(runs)} runs: " +
+                          ", ".join(f"thin={k}: {us[k]:.1f} µs ({ratios[k]:.3f}x)" for k in args.thins))
+            print(report[-1])
+    if args.out:
+        Path(args.out + ".md").write_text(f"`{' '.join(sys.argv)}`\n\n" + "\n\n".join(report) + "\n")
+        Path(args.out + ".json").write_text(json.dumps(results, indent=1))
     return results
 
 
