@@ -15,7 +15,8 @@
   so the host traces hold ``num_warmup + (num_iterations - num_warmup) // k`` iterations.
 * Iterations run in fixed-size blocks (a loop of up to ``block_size`` steps writing into the
   block's trace buffers; the last block stops early), so the number of iterations is not part of
-  the compiled shape: one compilation serves any run length.
+  the compiled shape: one compilation serves any run length, and any ``num_warmup`` and ``thin``
+  (arguments of the program).
 * Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint
   (resuming from one is logged: :func:`_report_resume`).
 """
@@ -191,19 +192,19 @@ def row_specs(tree, n: int, lead: tuple = ()):
     return jax.tree_util.tree_map_with_path(spec, tree)
 
 
-def recorded_count(t, num_warmup: int, thin: int):
+def recorded_count(t, num_warmup, thin):
     """How many of the iterations ``[0, t)`` a run with ``thin`` records: every warm-up one, then
-    every ``thin``-th (the last of each group of ``thin``).  Works on ints and int arrays."""
-    if thin == 1:
-        return t
-    if isinstance(t, (int, np.integer)):
+    every ``thin``-th (the last of each group of ``thin``).  Works on ints and int arrays (traced
+    ones too: the block program takes ``num_warmup`` and ``thin`` as arguments)."""
+    if all(isinstance(x, (int, np.integer)) for x in (t, num_warmup, thin)):
         return min(t, num_warmup) + max(t - num_warmup, 0) // thin
+    if isinstance(thin, (int, np.integer)) and thin == 1:
+        return t
     return jnp.minimum(t, num_warmup) + jnp.maximum(t - num_warmup, 0) // thin
 
 
-def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPlan, thin: int = 1,
-                   shardings=None):
-    """Jitted ``(chain_keys, states, data, start, n_valid, num_warmup) -> (states, traces)``.
+def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPlan, shardings=None):
+    """Jitted ``(chain_keys, states, data, start, n_valid, num_warmup, thin) -> (states, traces)``.
 
     Within a device, chains are either ``vmap``-ped (``"vmap"``: one batched program, best on
     GPUs) or looped with ``lax.map`` (``"loop"``: every chain runs the same scalar program, so
@@ -211,14 +212,15 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
     its own branch).
 
     ``traces`` hold ``block_size`` slots per chain: iteration ``start + i`` writes slot
-    ``recorded_count(start + i) - recorded_count(start)``; with ``thin > 1`` an iteration that is
-    not kept writes the slot of the next kept one, which overwrites it (the host reads only the
-    slots of kept iterations).  ``shardings`` (``data_shards > 1``): the ``(keys, states, data)``
-    NamedShardings of :func:`_run_shardings`.
+    ``recorded_count(start + i) - recorded_count(start)``, so with ``thin > 1`` an iteration that
+    is not kept writes the slot of the next kept one, which overwrites it (the host reads only the
+    slots of kept iterations).  ``num_warmup`` and ``thin`` are arguments, not constants: one
+    program serves every ``thin``.  ``shardings`` (``data_shards > 1``): the ``(keys, states,
+    data)`` NamedShardings of :func:`_run_shardings`.
     """
     devices, chain_method, data_shards = plan
 
-    def one_chain(chain_key, state, data, start, n_valid, num_warmup):
+    def one_chain(chain_key, state, data, start, n_valid, num_warmup, thin):
         # The block's step keys in one vectorized call (hashing a key per step inside the loop
         # costs more than the rest of a cheap step on CPU).
         steps = jnp.arange(block_size)
@@ -240,19 +242,11 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
 
         def steps_from(i, count, carry):
             state, buffers = carry
-            outs = []
-            for r in range(count):
+            for r in range(count):  # each step to its slot (in place: no copy of the buffers)
                 state, out = record(state, jax.tree.map(lambda k: k[i + r], keys))
-                if thin > 1:  # each to its own slot (the next kept iteration's)
-                    slot = recorded_count(start + i + r, num_warmup, thin) - first
-                    buffers = jax.tree.map(lambda b, o, s=slot: jax.lax.dynamic_update_index_in_dim(b, o, s, 0),
-                                           buffers, out)
-                else:
-                    outs.append(out)
-            if thin > 1:
-                return state, buffers
-            outs = jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
-            return state, jax.tree.map(lambda b, o: jax.lax.dynamic_update_slice_in_dim(b, o, i, 0), buffers, outs)
+                slot = recorded_count(start + i + r, num_warmup, thin) - first
+                buffers = jax.tree.map(lambda b, o: jax.lax.dynamic_update_index_in_dim(b, o, slot, 0), buffers, out)
+            return state, buffers
 
         carry, done = (state, buffers), 0
         if per_pass > 1:
@@ -262,12 +256,12 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
         state, traces = jax.lax.fori_loop(done, n_valid, lambda i, c: steps_from(i, 1, c), carry)
         return state, _with_tree_summaries(traces)
 
-    def block(chain_keys, states, data, start, n_valid, num_warmup):
+    def block(chain_keys, states, data, start, n_valid, num_warmup, thin):
         _TRACES["count"] += 1
         if chain_method == "vmap":
-            return jax.vmap(one_chain, in_axes=(0, 0, None, None, None, None))(
-                chain_keys, states, data, start, n_valid, num_warmup)
-        return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid, num_warmup),
+            return jax.vmap(one_chain, in_axes=(0, 0, None, None, None, None, None))(
+                chain_keys, states, data, start, n_valid, num_warmup, thin)
+        return jax.lax.map(lambda args: one_chain(args[0], args[1], data, start, n_valid, num_warmup, thin),
                            (chain_keys, states))
 
     if data_shards > 1:
@@ -276,18 +270,18 @@ def _block_program(algorithm: SamplingAlgorithm, block_size: int, plan: ChainPla
         # turns the reductions over rows into per-shard partial sums and an all-reduce
         mesh = plan.mesh()
         if plan.groups > 1:
-            block = jax.shard_map(block, mesh=mesh, in_specs=(P("chain"), P("chain"), P(), P(), P(), P()),
+            block = jax.shard_map(block, mesh=mesh, in_specs=(P("chain"), P("chain"), P(), P(), P(), P(), P()),
                                   out_specs=P("chain"), axis_names=frozenset({"chain"}), check_vma=False)
         keys_sharding, state_shardings, data_shardings = shardings
         scalar = jax.sharding.NamedSharding(mesh, P())
-        return jax.jit(block, in_shardings=(keys_sharding, state_shardings, data_shardings, scalar, scalar, scalar),
+        return jax.jit(block, in_shardings=(keys_sharding, state_shardings, data_shardings) + (scalar,) * 4,
                        out_shardings=(state_shardings, keys_sharding))
     if len(devices) > 1:
         mesh = Mesh(np.array(devices), ("chain",))
         block = jax.shard_map(
             block,
             mesh=mesh,
-            in_specs=(P("chain"), P("chain"), P(), P(), P(), P()),
+            in_specs=(P("chain"), P("chain"), P(), P(), P(), P(), P()),
             out_specs=P("chain"),
             # chains never communicate; the varying-axis check trips over lax.switch under vmap
             check_vma=False,
@@ -436,8 +430,8 @@ def run_chains(
             jax.vmap(algorithm.init, in_axes=(0, None)), in_shardings=shardings[::2], out_shardings=shardings[1]),
     )
     block_fn = _get_program(
-        ("block", chain_method, data_shards, thin, layout), algorithm, block_size, devices,
-        lambda: _block_program(algorithm, block_size, plan, thin, shardings),
+        ("block", chain_method, data_shards, layout), algorithm, block_size, devices,
+        lambda: _block_program(algorithm, block_size, plan, shardings),
     )
 
     # The traces go straight into arrays of the run's full length (allocated at the first block):
@@ -478,13 +472,13 @@ def run_chains(
         bar.update(n_valid)
 
     pending = None
-    warmup = jnp.int32(num_warmup)
+    warmup, thin_arg = jnp.int32(num_warmup), jnp.int32(thin)
     try:
         while start < num_iterations:
             n_valid = min(block_size, num_iterations - start)
             # dispatch is asynchronous: the next block runs on the devices while the host copies
             # the previous one
-            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid), warmup)
+            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid), warmup, thin_arg)
             if pending is not None:
                 collect(*pending)
             at = recorded_count(start, num_warmup, thin)

@@ -61,6 +61,48 @@ def test_run_chains_records_every_thin_th_iteration(problem, thin, block_size):
     assert full["accepted"][:, 10:].mean() > 0.05
 
 
+class _Compiles:
+    """Names of the programs XLA compiles while registered (``jax.monitoring``)."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        self.names = []
+
+    def __call__(self, event, duration, **kwargs):
+        if event == self.EVENT:
+            self.names.append(kwargs.get("fun_name"))
+
+
+@pytest.fixture
+def compiles():
+    listener = _Compiles()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield listener
+    # the public name arrived after jax 0.7 (the lowest version we support); the private one is 0.7's
+    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if unregister is None:
+        from jax._src import monitoring as _monitoring
+        unregister = _monitoring._unregister_event_duration_listener_by_callback
+    unregister(listener)
+
+
+@pytest.mark.no_compile_cache  # a program read from the disk cache is not compiled (no event)
+def test_one_block_program_serves_every_thin(problem, compiles):
+    """``thin`` (like ``num_warmup``) is an argument of the block program, not a constant: runs
+    with thin 1, 3 and 7 trace and compile one block program (a block size no other test uses, so
+    the first run compiles it here), and each still records its own iterations."""
+    before = driver.trace_count()
+    runs = {thin: _run(problem, num_iterations=20 + 6 * thin, num_warmup=20, thin=thin, block_size=23)
+            for thin in (3, 7, 1)}
+    assert driver.trace_count() - before == 1
+    assert compiles.names.count("jit(block)") == 1, compiles.names
+    for thin in (3, 7):
+        assert runs[thin]["log_lik"].shape == (2, 20 + 6)
+        _assert_same(runs[thin], _thinned(_run(problem, num_iterations=20 + 6 * thin, block_size=23), 20, thin))
+    assert driver.trace_count() - before == 1  # the unthinned runs of other lengths too
+
+
 def test_thinned_checkpoint_resumes_to_the_uninterrupted_run(problem, tmp_path, monkeypatch):
     kw = dict(num_iterations=10 + 30 * 3, num_warmup=10, thin=3, block_size=25)
     full = _run(problem, **kw)
