@@ -300,18 +300,19 @@ def _check_rows(n: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(PREDICTIVE_ROWS, n)).round().astype(np.int64))
 
 
-def _hard_draws(posterior, rows: np.ndarray) -> np.ndarray:
-    """(C * S, m, P) every draw's leaf parameter at the training rows ``rows`` of a hard-tree
-    posterior: each *distinct* tree evaluated once (MH chains revisit few trees), the distinct
-    trees padded to a power of two (one compiled program per power, whatever the run)."""
+def _hard_draws(posterior, rows: np.ndarray, columns: list) -> np.ndarray:
+    """(C * S, m, Q) every draw's leaf parameters ``columns`` (of P) at the training rows ``rows``
+    of a hard-tree posterior: each *distinct* tree evaluated once (MH chains revisit few trees),
+    in chunks of 256 trees (fewer padded to 256: the programs ``predict_draws`` compiles, one
+    shape whatever the run)."""
+    from .posterior.streaming import MAX_DRAW_CHUNK
     from .tree import distinct_trees
 
     first, inverse, _ = distinct_trees(posterior._flat_trees())
-    size = 1 << max(int(len(first) - 1).bit_length(), 3)
-    idx = np.concatenate([first, np.full(size - len(first), first[0])]) if size <= 256 else first
+    idx = np.concatenate([first, np.full(max(MAX_DRAW_CHUNK - len(first), 0), first[0])])
     bins = np.asarray(posterior.train_bins)[rows]
     values = posterior._rows(posterior._tables(False, idx=idx), bins, 0, len(rows))
-    return values[: len(first)][inverse]
+    return values[: len(first)][..., columns][inverse]
 
 
 def predictive_draws(posterior):
@@ -351,9 +352,9 @@ def predictive_draws(posterior):
         rows = _check_rows(n)
         if isinstance(posterior, SoftTreePosterior):
             values = posterior._rows(posterior._tables(), np.asarray(posterior.train_X)[rows], 0, len(rows))
+            values = values[..., columns]
         else:
-            values = _hard_draws(posterior, rows)
-        values = values[..., columns]
+            values = _hard_draws(posterior, rows, columns)
         labels = None if classes is None else [np.asarray(classes)[k] for k in columns]
     else:
         return None
