@@ -273,22 +273,21 @@ class ConvergenceWarning(UserWarning):
     """
 
 
-def _diagnose(draws: np.ndarray, tail: bool = True) -> dict[str, float]:
+def _diagnose(draws: np.ndarray, with_tail: bool = True) -> dict[str, float]:
     """``{"rhat", "ess_bulk", "ess_tail"}`` of one (C, S) quantity by ArviZ (NaN: R-hat with one
-    chain, the tail ESS unless ``tail``; all three for a quantity that never changes, is not finite
-    everywhere or has < 4 draws)."""
+    chain, the tail ESS unless ``with_tail``; all three for a quantity that never changes, is not
+    finite everywhere or has < 4 draws)."""
     from ._arviz import _import_arviz
 
     az = _import_arviz()
-    rhat = bulk = float("nan")
-    tail, want_tail = float("nan"), tail
+    rhat = bulk = tail = float("nan")
     if draws.shape[1] >= 4 and np.all(np.isfinite(draws)) and np.ptp(draws) > 0:
         # a chain that never moves makes ArviZ divide by a zero variance (numpy warns; the
         # answer, inf or NaN, is the right one); ArviZ 0.2x also warns on few draws
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             bulk = float(np.asarray(az.ess(draws, method="bulk")))
-            if want_tail:
+            if with_tail:
                 tail = float(np.asarray(az.ess(draws, method="tail")))
             if draws.shape[0] >= 2:
                 rhat = float(np.asarray(az.rhat(draws, method="rank")))
@@ -386,7 +385,7 @@ def _worst(values: np.ndarray, rows: np.ndarray, labels) -> dict:
     over the rows are kept with where they are, and the tail ESS at the latter's row."""
     m, Q = values.shape[2:]
     pick = np.argmax(_split_rhat_screen(values), axis=1) if Q > 1 and values.shape[1] >= 4 else np.zeros(m, int)
-    found = [_diagnose(values[:, :, i, pick[i]], tail=False) for i in range(m)]
+    found = [_diagnose(values[:, :, i, pick[i]], with_tail=False) for i in range(m)]
     out = {"rhat": float("nan"), "ess_bulk": float("nan"), "ess_tail": float("nan")}
     for key, best in (("rhat", np.nanargmax), ("ess_bulk", np.nanargmin)):
         column = np.array([d[key] for d in found])
