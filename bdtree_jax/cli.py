@@ -59,7 +59,9 @@ are still read, each with a deprecation warning on stderr naming its new key.
 Writes ``metrics.json`` (test accuracy or MSE and leaves: mean and sd over chains, each chain's
 kept draws averaged into one prediction; the pooled posterior's score; and ``*_per_draw_*``, every
 draw's own prediction scored and averaged, the RJHMC paper's metric; for ``pcfg`` also the exact
-posterior predictive's and the MAP tree's scores, boxes and log evidence), the ArviZ file
+posterior predictive's and the MAP tree's scores, boxes and log evidence; ``convergence``: R-hat
+and ESS of every quantity the convergence check reads and whether it ``warned``, which it does on
+stderr as one line, ``bdtree: warning: ...``, naming ``--set`` options to try), the ArviZ file
 ``posterior.nc``, the saved :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
 likelihood and leaves) and ``map_tree.png``.
 """
@@ -82,6 +84,7 @@ import numpy as np
 from ._devices import use_cpu_cores_unless_chosen
 from ._renamed import RENAMED, renamed, warn_renamed
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
+from .diagnostics import ConvergenceWarning, convergence_diagnostics, convergence_message
 from .methods import METHODS
 from .methods.flat import TEMPERING_OPTIONS, method_from_name, method_options
 
@@ -480,11 +483,17 @@ def run_config(config: dict, *, progress: bool | None = None, fresh: bool = Fals
         checkpoint.unlink()
         print(f"bdtree: --fresh: deleted the checkpoint {checkpoint}", file=sys.stderr)
     t0 = time.perf_counter()
-    # written after every block_size iterations; rerunning the same config resumes from it
-    post, resumed_from = _sample_reporting_resume(
-        X_train, y_train, task=task, progress=progress, checkpoint=str(checkpoint),
-        **_sample_arguments(_method_name(config), kwargs, where=f"{config['name']}: "))
+    with warnings.catch_warnings():  # the fit's ConvergenceWarning speaks Python; ours names --set options
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)
+        # written after every block_size iterations; rerunning the same config resumes from it
+        post, resumed_from = _sample_reporting_resume(
+            X_train, y_train, task=task, progress=progress, checkpoint=str(checkpoint),
+            **_sample_arguments(_method_name(config), kwargs, where=f"{config['name']}: "))
     seconds = time.perf_counter() - t0
+    convergence = convergence_diagnostics(post)
+    advice = convergence_message(post, convergence, syntax="cli")
+    if advice is not None:
+        warnings.warn(advice, ConvergenceWarning, stacklevel=2)
     draws = post.predict_draws(X_test)  # (chains*draws, n, P)
     C, S = post.num_chains, post.num_draws
     per_chain = draws.reshape(C, S, *draws.shape[1:]).mean(1)
@@ -525,6 +534,7 @@ def run_config(config: dict, *, progress: bool | None = None, fresh: bool = Fals
         else:
             metrics["test_mse_exact_predictive"] = float(((exact_pred[:, 0] - y_true) ** 2).mean())
             metrics["test_mse_map_tree"] = float(((best[:, 0] - y_true) ** 2).mean())
+    metrics["convergence"] = dict(convergence, warned=advice is not None)
     metrics["acceptance_rate"] = post.acceptance_rate()
     # the RJHMC paper counts accepted iterations over the whole chain, warm-up included
     metrics["acceptance_rate_all_iterations"] = float(
@@ -613,7 +623,18 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():
         # a config's deprecated keys are shown (Python hides DeprecationWarnings outside __main__)
         warnings.filterwarnings("default", category=DeprecationWarning, module=r"bdtree_jax\.cli$")
+        warnings.showwarning = _one_line(warnings.showwarning)
         return _main(argv)
+
+
+def _one_line(show):
+    """``warnings.showwarning`` for the command: a ConvergenceWarning as one line on stderr,
+    ``bdtree: warning: ...`` (no file, line number or source line); other warnings as ``show``."""
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, ConvergenceWarning):
+            return show(message, category, filename, lineno, file, line)
+        print(f"bdtree: warning: {message}", file=sys.stderr if file is None else file)
+    return showwarning
 
 
 def _main(argv) -> int:

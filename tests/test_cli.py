@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -22,6 +23,12 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["n_test"] == 45 and metrics["test_accuracy_pooled"] > 0.85
     assert len(metrics["test_accuracy_per_chain"]) == 2
+    convergence = metrics["convergence"]  # every quantity the convergence check read, and its verdict
+    assert set(convergence) == {"log_lik", "n_leaves", "predictive_mean", "warned"}
+    assert isinstance(convergence["warned"], bool)
+    for name in ("log_lik", "n_leaves", "predictive_mean"):
+        assert {"rhat", "ess_bulk", "ess_tail"} <= set(convergence[name])
+    assert convergence["predictive_mean"]["num_rows"] == 20
     for name in ("posterior.nc", "posterior.npz", "trace.png", "map_tree.png"):
         assert (tmp_path / name).stat().st_size > 0
     import arviz as az
@@ -59,6 +66,27 @@ def test_run_a_bundled_config_by_name_without_warnings(tmp_path, monkeypatch, ca
     assert "wrote runs/quickstart/" in out and "checkpoint.npz" in out.splitlines()[-1]
     assert err == ""
     assert load_config("quickstart.yaml") == load_config(os.path.join(CONFIGS, "quickstart.yaml"))
+
+
+def test_convergence_warning_is_one_line_of_set_options(tmp_path, monkeypatch, capsys):
+    """The run of the test above, its warning shown: one line on stderr naming ``--set`` options
+    of the config's keys (not Python, no file name or source line), only those the config has not
+    tried (quickstart tempers and regrows already), and metrics.json records that it warned."""
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ConvergenceWarning)  # pyproject ignores it in the tests
+        assert main(["run", "quickstart", "--set", "num_warmup=50", "--set", "num_samples=20",
+                     "--set", "num_chains=2"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bdtree: warning: the chains (2 x 20 draws) may not have "
+                                                    "converged: "), err
+    assert "--set num_warmup=" in err and "--set num_samples=" in err and "--set num_chains=4 (now 2)" in err
+    assert "num_temperatures" not in err and "proposal" not in err  # the config's tempering and regrow
+    keys = re.findall(r"--set (\w+)=", err)
+    assert keys and set(keys) <= ALLOWED_KEYS
+    assert "bd." not in err and "warnings." not in err and ".py" not in err and "Warning:" not in err
+    convergence = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())["convergence"]
+    assert convergence["warned"] is True and convergence["log_lik"]["ess_bulk"] < 400
 
 
 def test_every_shipped_config_is_valid():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bdtree_jax.diagnostics import ESS_MIN, RHAT_MAX
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
@@ -68,10 +70,11 @@ def test_quickstart_shows_its_diagnostics_and_explains_the_warning():
     assert "RuntimeWarning" not in outputs and "TqdmWarning" not in outputs
     rhat = [float(v) for v in re.findall(r"R-hat (\d+\.\d+)", outputs)]
     ess = [float(v) for v in re.findall(r"bulk ESS (\d+)", outputs)]
-    assert len(rhat) == len(ess) == 2  # log_lik and n_leaves, as the fit checked them
-    converged = max(rhat) <= 1.01 and min(ess) >= 100
+    # log_lik and n_leaves, as the fit checked them (and predictive_mean, when saved by a newer version)
+    assert len(rhat) == len(ess) in (2, 3)
+    converged = max(rhat) <= RHAT_MAX and min(ess) >= ESS_MIN
     warned = "ConvergenceWarning" in _output_text(cells[fit])
-    assert warned == (max(rhat) > 1.05 or min(ess) < 100)  # the saved run's warning matches its numbers
+    assert warned == (not converged)  # the saved run's warning matches its numbers
     if not converged:  # then the next markdown cell explains R-hat, ESS and the warning
         explanation = _text(next(c for c in cells[fit + 1:] if c["cell_type"] == "markdown"))
         assert "R̂" in explanation and "ESS" in explanation and "ConvergenceWarning" in explanation

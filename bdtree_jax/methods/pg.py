@@ -54,3 +54,6 @@ class PG(MCMCMethod):
         )
         algorithm = with_tempering(pg_kernel.particle_gibbs(config), betas, chain_method)
         return Kernel(problem.data, (config, tuple(betas)), algorithm)
+
+    def _info(self, kernel, betas, problem):
+        return dict(super()._info(kernel, betas, problem), num_particles=int(self.num_particles))

@@ -90,6 +90,7 @@ class SMC(Method):
         stats, warm = independent_stats(trees, np.asarray(runs.log_lik)[chains, draws],
                                         np.asarray(runs.log_prior)[chains, draws])
         info = dict(seed=options.seed, num_samples=options.num_samples, seconds=seconds, config=repr(config),
+                    num_particles=int(self.num_particles), proposal=self.proposal,
                     n_stages=[int(n) for n in runs.n_stages], n_resampled=[int(n) for n in runs.n_resampled])
         from ..posterior import SMCPosterior
 
