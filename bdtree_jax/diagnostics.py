@@ -452,7 +452,8 @@ def convergence_diagnostics(posterior) -> dict[str, dict]:
 def _run_facts(posterior) -> dict:
     """How the run went, from what the posterior records: ``method`` (its name; "bart" for
     BART), ``num_warmup``, ``num_samples`` (None where unknown), ``num_chains``, ``tempered``,
-    ``proposal``, ``num_particles`` and whether prune-and-regrow applies (``regrow``)."""
+    ``proposal``, ``num_particles``, whether prune-and-regrow applies (``regrow``) and the
+    ``run_until`` report (None: the run had a fixed length)."""
     info = getattr(posterior, "info", None)
     info = info if isinstance(info, Mapping) else {}
     config = getattr(posterior, "config", None)
@@ -466,6 +467,7 @@ def _run_facts(posterior) -> dict:
         proposal=getattr(config, "tree_sampler", None) if bart else info.get("proposal", "cgm"),
         num_particles=getattr(config, "num_particles", None) if bart else info.get("num_particles"),
         regrow=getattr(prior, "structure", "cgm") == "cgm" and getattr(prior, "valid_cuts", "data") == "data",
+        run_until=info.get("run_until"),
     )
 
 
@@ -501,6 +503,13 @@ def _advice(posterior, diagnostics: Mapping, syntax: str = "python") -> str:
                      f"(now {W}, {S})")
     if C < 4:
         items.append(option("num_chains", 4) + f" (now {C}{'; R-hat needs 2 or more' if C == 1 else ''})")
+    if method in ("cgm", "hmc-df", "hmc-dfi", "pg", "wu") and not cli:
+        until = facts["run_until"]
+        if until is None:  # rounds that double thin until the check passes (methods.until)
+            items.append(f"run_until=bd.Converged(max_iterations={max(100_000, 10 * S):_})")
+        else:
+            items.append(f"run_until=bd.Converged(max_iterations={4 * until['iterations']:_}) "
+                         f"(now {until['iterations']:_} iterations, thin {until['thin']})")
     if method == "bart":
         if facts["proposal"] != "pg":
             items.append(f"tree_sampler='pg' (now {facts['proposal']!r})")

@@ -307,6 +307,16 @@ def test_advice_omits_tempering_and_regrow_when_the_run_used_them():
     assert "regrow" not in convergence_message(pinball)
 
 
+def test_advice_names_run_until_and_a_larger_budget_once_it_was_used():
+    fixed = convergence_message(_stuck_run())
+    assert "run_until=bd.Converged(max_iterations=100_000)" in fixed
+    report = dict(converged=False, rounds=3, thin=4, iterations=2000, missed=["log_lik"])
+    longer = convergence_message(_stuck_run(run_until=report))
+    assert "run_until=bd.Converged(max_iterations=8_000) (now 2_000 iterations, thin 4)" in longer
+    assert "run_until" not in convergence_message(_stuck_run(), syntax="cli")  # not a config key (yet)
+    assert "run_until" not in convergence_message(_stuck_run("smc", num_particles=100))
+
+
 def test_advice_in_cli_words_names_config_keys_only():
     from bdtree_jax.cli import ALLOWED_KEYS
 

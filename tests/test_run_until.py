@@ -58,9 +58,13 @@ def test_unconverged_run_is_the_run_with_the_final_thin(iris):
     assert post.stats["log_lik"].shape == (2, 20)
 
 
-def test_converged_run_stops_after_its_first_round(iris):
+def test_converged_run_stops_after_its_first_round(iris, monkeypatch):
+    from bdtree_jax import diagnostics
+
     X, y = iris
-    post = bd.sample(X, y, **KW, run_until=bd.Converged(rhat=100.0, ess=1.0))
+    passing = {"log_lik": {"rhat": 1.001, "ess_bulk": 5000.0}, "predictive_mean": {"rhat": 1.0, "ess_bulk": 900.0}}
+    monkeypatch.setattr(diagnostics, "convergence_diagnostics", lambda posterior: passing)
+    post = bd.sample(X, y, **KW, run_until=bd.Converged())
     assert post.info["run_until"] == dict(converged=True, rounds=1, thin=1, iterations=20, missed=[])
     _assert_same_posterior(post, bd.sample(X, y, **KW))
 
