@@ -12,6 +12,7 @@ import numpy as np
 
 from ..driver import CGM_BLOCK_SIZE
 from ..kernels import cgm as cgm_kernel, edit as edit_kernel, perturb as perturb_kernel, regrow as regrow_kernel
+from ..kernels import informed_change as informed_kernel
 from ..kernels._moves import score
 from ..priors import check_valid_cuts, violates_boxes
 from ..priors.boxes import violates_boxes_general
@@ -23,7 +24,7 @@ __all__ = ["CGM", "CGM_MOVE_PROBS", "PROPOSALS", "PINBALL_PROPOSALS"]
 
 #: CGM's default (grow, prune, change, swap) probabilities.
 CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
-PROPOSALS = ("cgm", "regrow", "cgm+regrow", "cgm+perturb")
+PROPOSALS = ("cgm", "regrow", "cgm+regrow", "cgm+perturb", "cgm+informed")
 #: The proposals whose MH ratios use the full prior ratio, hence any ``structure``.
 PINBALL_PROPOSALS = ("cgm", "cgm+perturb")
 
@@ -38,7 +39,7 @@ class CGM(MCMCMethod):
 
     Parameters
     ----------
-    proposal : {"cgm", "regrow", "cgm+regrow", "cgm+perturb"}, default "cgm"
+    proposal : {"cgm", "regrow", "cgm+regrow", "cgm+perturb", "cgm+informed"}, default "cgm"
         "cgm": grow / prune / change / swap.  "regrow": prune a uniformly chosen node's subtree
         and regrow it from the prior (Angelopoulos & Cussens 2005;
         :mod:`~bdtree_jax.kernels.regrow`).  "cgm+regrow": one of each per iteration.
@@ -47,7 +48,10 @@ class CGM(MCMCMethod):
         towards 44 % acceptance during warm-up and is fixed afterwards
         (:mod:`~bdtree_jax.kernels.perturb`; with categorical features or missing values a
         categorical rule moves some of its levels to the other side and the missing-value bit is
-        redrawn).  ``structure="pinball"`` needs "cgm"
+        redrawn).  "cgm+informed": one CGM proposal and one informed change: a uniformly chosen
+        splitting node's rule (feature and cut) is proposed from every rule of the grid weighted
+        by the tree's likelihood with it, and accepted by its exact MH ratio
+        (:mod:`~bdtree_jax.kernels.informed_change`; numeric data only).  ``structure="pinball"`` needs "cgm"
         or "cgm+perturb"; ``valid_cuts="ancestors"`` needs "cgm".
     move_probs : (4,) tuple of float, default (0.25, 0.25, 0.40, 0.10)
         Probabilities of grow, prune, change and swap (grow and prune > 0, summing to 1).
@@ -97,8 +101,8 @@ class CGM(MCMCMethod):
         object.__setattr__(self, "move_probs", tuple(self.move_probs))
         if self.initial_tree is None:
             return
-        if self.proposal == "cgm+perturb":
-            raise ValueError("proposal='cgm+perturb' does not apply with initial_tree (the edit prior has its own "
+        if self.proposal in ("cgm+perturb", "cgm+informed"):
+            raise ValueError(f"proposal={self.proposal!r} does not apply with initial_tree (the edit prior has its own "
                              "moves: 'cgm', 'regrow' or 'cgm+regrow').")
         if tuple(float(p) for p in self.move_probs) != CGM_MOVE_PROBS:
             raise ValueError("move_probs does not apply with initial_tree (the edit prior fixes its moves).")
@@ -152,10 +156,17 @@ class CGM(MCMCMethod):
             algorithm = perturb_kernel.with_perturb(config, perturb_config)
             return Kernel(data, (config, perturb_config, self.proposal, betas),
                           with_tempering(algorithm, betas, chain_method))
-        if self.proposal != "cgm":
+        if self.proposal == "cgm+informed" and general:
+            raise ValueError(f"{where}proposal='cgm+informed' (the informed change move) supports numeric features without "
+                             "missing values; use proposal='cgm' or 'cgm+perturb' with categorical features or missing "
+                             "cells.")
+        if self.proposal in ("regrow", "cgm+regrow"):
             check_valid_cuts(data, f"{where}prune-and-regrow (proposal {self.proposal!r})")
+        elif self.proposal != "cgm":
+            check_valid_cuts(data, f"{where}The informed change move (proposal {self.proposal!r})")
         algorithm = {"cgm": cgm_kernel.cgm, "regrow": lambda _: regrow_kernel.regrow(regrow_config),
-                     "cgm+regrow": regrow_kernel.with_regrow}[self.proposal](config)
+                     "cgm+regrow": regrow_kernel.with_regrow,
+                     "cgm+informed": informed_kernel.with_informed_change}[self.proposal](config)
         return Kernel(data, (config, regrow_config, self.proposal, betas), with_tempering(algorithm, betas, chain_method))
 
     def _edit_data(self, problem, where: str) -> edit_kernel.EditData:
