@@ -21,8 +21,9 @@ tree's shape, hence the set of splitting nodes, is unchanged, so the node's choi
 Against CGM's change move, which draws the rule from the prior, this proposal finds the rules
 that fit at a node whose subtree the data already shape -- the root included -- so a chain can
 trade one good split for another (two correlated features, two cuts of one) in one step.  It
-costs one pass of the rows through the tree and one likelihood per rule (``F x C`` of them,
-features x cut slots, batched), plus one full score of the proposed tree.
+costs two passes of the node's rows down its subtrees, a histogram of their statistics over every
+feature's bins, one likelihood per rule (``F x C`` of them, features x cut slots, batched) and one
+full score of the proposed tree (:func:`rule_log_weights`).
 
 Numeric data only (no categorical feature, no missing cell) and the CGM98 structure prior.
 """
@@ -36,8 +37,8 @@ import jax.numpy as jnp
 
 from .._types import Array
 from ..data import TreeData
-from ..priors import log_rule_prob, node_stats
-from ..tree import Rule, active_nodes, leaf_nodes
+from ..priors import log_rule_prob
+from ..tree import Rule, in_subtree, leaf_index, leaf_nodes, max_depth_of
 from . import cgm
 from ._moves import CGMState, change_rule, mh_log_ratio, pick, score
 from .base import SamplingAlgorithm
@@ -62,19 +63,41 @@ def _candidates(data: TreeData) -> tuple[Array, Array]:
 def rule_log_weights(state: CGMState, node: Array, data: TreeData, config) -> Array:
     """(K,) ``log w(r)`` of every candidate rule at ``node`` (:func:`_candidates` order; module
     docstring); ``-inf`` for a rule the prior does not allow at the node or that leaves a leaf
-    with too few rows."""
+    with too few rows.
+
+    All candidates at once: every row below ``node`` is routed once down the left subtree and once
+    down the right one (the leaf it reaches on either side); per feature, a histogram over bins of
+    those rows' statistics at each leaf, summed cumulatively, gives every cut's leaf statistics
+    (``F x (C + 1) x N x S`` numbers).  The rows elsewhere are summed at their leaves afresh, so the
+    weights are a function of the rows and the rules off ``node`` only: the same, bit for bit, from
+    the current tree and from any proposal."""
+    tree, bins, point_stats = state.tree, data.bins.astype(jnp.int32), data.point_stats
+    n_rows, n_features = bins.shape
+    n_nodes = tree.is_split.shape[0]
+    n_cuts = data.cut_cumwidth.shape[1] - 2
+    n_codes = n_cuts + 1
+    below = in_subtree(node, max_depth_of(tree))[state.leaf_id]  # (n,) rows under node
+    outside = jax.ops.segment_sum(jnp.where(below[:, None], 0.0, point_stats), state.leaf_id, n_nodes)
+    inside = jnp.where(below[:, None], point_stats, 0.0)
+
+    def leaf_histogram(start):  # (F, C + 1, N, S): stats of the rows below node by bin, at their leaf
+        leaf = leaf_index(tree, bins, start=jnp.where(below, start, state.leaf_id))
+        slot = (jnp.arange(n_features, dtype=jnp.int32)[None, :] * n_codes + bins) * n_nodes + leaf[:, None]
+        values = jnp.broadcast_to(inside[:, None, :], (n_rows, n_features, inside.shape[1]))
+        sums = jax.ops.segment_sum(values.reshape(n_rows * n_features, -1), slot.reshape(-1),
+                                   n_features * n_codes * n_nodes)
+        return jnp.cumsum(sums.reshape(n_features, n_codes, n_nodes, -1), axis=1)
+
+    went_left, went_right = leaf_histogram(2 * node + 1), leaf_histogram(2 * node + 2)
+    # cut c sends a row left iff its bin <= c: the left side's cumulative sum at c, the right's rest
+    stats = outside + went_left[:, :n_cuts] + (went_right[:, -1:] - went_right[:, :n_cuts])  # (F, C, N, S)
+    stats = stats.reshape(n_features * n_cuts, n_nodes, -1)
+    is_leaf = leaf_nodes(tree)
+    log_lik = jax.vmap(lambda s: data.likelihood.log_lik(s, is_leaf))(stats)
+    rows = data.likelihood.rows(stats)
+    enough = jnp.all(~is_leaf | (rows >= max(1, config.min_leaf_size)), axis=-1)
     features, cuts = _candidates(data)
-    min_rows = max(1, config.min_leaf_size)
-
-    def one(feature, cut):
-        tree = change_rule(state.tree, node, Rule(feature, cut))
-        _, stats = node_stats(tree, data)
-        is_leaf = leaf_nodes(tree)
-        enough = jnp.all(~(is_leaf & active_nodes(tree)) | (data.likelihood.rows(stats) >= min_rows))
-        log_lik = data.likelihood.log_lik(stats, is_leaf)
-        return jnp.where(enough, state.beta * log_lik, -jnp.inf)
-
-    log_w = jax.vmap(one)(features, cuts)
+    log_w = jnp.where(enough, state.beta * log_lik, -jnp.inf)
     log_w = log_w + log_rule_prob(state.lo[node], state.hi[node], features, cuts, data.cut_cumwidth)
     return jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)
 
