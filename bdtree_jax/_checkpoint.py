@@ -100,10 +100,10 @@ def _fingerprint(*parts) -> str:
     return h.hexdigest()
 
 
-def run_ident(fingerprint, key, num_chains: int, num_iterations: int, data, num_warmup: int = 0, thin: int = 1,
+def run_ident(fingerprint, key_data, num_chains: int, num_iterations: int, data, num_warmup: int = 0, thin: int = 1,
               data_shards: int = 1) -> str:
     """The identity of a :func:`~bdtree_jax.driver.run_chains` run, which its checkpoints carry (a file is resumed
-    only by the run it belongs to)."""
+    only by the run it belongs to); ``key_data``: ``jax.random.key_data`` of the run's key."""
     extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
-    return _fingerprint(fingerprint, jax.random.key_data(key), num_chains, num_iterations, *extra,
+    return _fingerprint(fingerprint, key_data, num_chains, num_iterations, *extra,
                         *jax.tree.leaves(data))

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ._renamed import accepts_renamed
+from .posterior.swaps import swap_rates as _swap_rates
 
 __all__ = [
     "ConvergenceWarning",
@@ -229,18 +230,8 @@ def top_tree_table(posteriors, k: int = 5, names=None) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------
 # tempering
 
-
-@accepts_renamed("n_temperatures")
-def swap_rates(swap_pair: np.ndarray, swap_accepted: np.ndarray, num_temperatures: int) -> np.ndarray:
-    """(R, R) acceptance rate of swaps proposed between rungs ``i < j`` (upper triangle; NaN where
-    never proposed) from the recorded ``swap_pair`` / ``swap_accepted`` arrays (any shape)."""
-    R = int(num_temperatures)
-    pair = np.asarray(swap_pair).ravel()
-    acc = np.asarray(swap_accepted).ravel().astype(float)
-    proposed = np.bincount(pair, minlength=R * R).reshape(R, R).astype(float)
-    accepted = np.bincount(pair, weights=acc, minlength=R * R).reshape(R, R)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(proposed > 0, accepted / proposed, np.nan)
+#: (R, R) acceptance rates of a tempered run's swaps between rungs (:func:`bdtree_jax.posterior.swaps.swap_rates`).
+swap_rates = accepts_renamed("n_temperatures")(_swap_rates)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -413,7 +413,7 @@ def run_chains(
     block_size = int(min(block_size, max(num_iterations, 1)))
     num_recorded = recorded_count(num_iterations, num_warmup, thin)
     chain_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))  # keys: fold_in only
-    ident = run_ident(fingerprint, key, num_chains, num_iterations, data, num_warmup, thin, data_shards)
+    ident = run_ident(fingerprint, jax.random.key_data(key), num_chains, num_iterations, data, num_warmup, thin, data_shards)
     init_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, 2**31 - 1)
 
     shardings = None

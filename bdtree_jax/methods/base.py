@@ -383,8 +383,9 @@ class MCMCMethod(Method):
         until = options.run_until
         thins = round_thins(options.thin, options.num_samples, until.max_iterations)
         saved = checkpoint_ident(options.checkpoint)
+        key_data = jax.random.key_data(key)
         first = next((r for r, thin in enumerate(thins) if saved is not None and saved == run_ident(
-            fingerprint, key, options.num_chains, options.num_warmup + options.num_samples * thin, kernel.data,
+            fingerprint, key_data, options.num_chains, options.num_warmup + options.num_samples * thin, kernel.data,
             options.num_warmup, thin, plan.data_shards)), 0)
 
         def diagnose(traces, thin):

@@ -142,7 +142,7 @@ class _DrawSummaries(Saveable):
         (rung 0 is the cold chain; NaN where never proposed)."""
         if "swap_pair" not in self.stats:
             raise ValueError("swap_rates needs a tempered run (num_temperatures > 1).")
-        from ..diagnostics import swap_rates
+        from .swaps import swap_rates
 
         pair, acc = self.stats["swap_pair"], self.stats["swap_accepted"]
         if include_warmup and "swap_pair" in self.warmup_stats:
