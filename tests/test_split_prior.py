@@ -28,7 +28,7 @@ from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, make_tree
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
 
-from helpers import TOY_Y_CLASS, chain_frequencies, particle_frequencies, stack_trees, toy_problem
+from helpers import TOY_Y_CLASS, chain_frequencies, particle_frequencies, smc_runs, stack_trees, toy_problem
 
 X = np.array([[0.0, 4.3], [1.0, 0.0], [1.5, 10.0], [5.0, 4.0], [5.2, 4.5], [9.0, 7.0]])
 Y_CLASS = TOY_Y_CLASS
@@ -218,8 +218,7 @@ def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_
     p = _problem("classification", max_depth, min_leaf_size)
     exact = p.exact
     config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold)
-    run = jax.jit(jax.vmap(lambda k: smc.run(k, p.data, config, int(p.grid.n_cuts.max()) + 1)))
-    out = jax.device_get(run(jax.random.split(jax.random.key(3), 64)))
+    out = smc_runs(p.data, config, int(p.grid.n_cuts.max()) + 1, 64, seed=3)
     freqs = particle_frequencies(out, p.grid.thresholds)
     assert set(freqs) <= set(exact), "a particle left the prior's support"
     assert tv_distance(freqs, exact) <= 0.04

@@ -12,7 +12,7 @@ from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import smc
 from bdtree_jax.tree import Tree  # noqa: F401
 
-from helpers import particle_frequencies
+from helpers import particle_frequencies, smc_runs
 
 
 def _problem(toy_problem, task, max_depth, min_leaf_size=1):
@@ -21,8 +21,7 @@ def _problem(toy_problem, task, max_depth, min_leaf_size=1):
 
 
 def _runs(data, grid, config, n_runs, seed=0):
-    run = jax.jit(jax.vmap(lambda k: smc.run(k, data, config, int(grid.n_cuts.max()) + 1)))
-    return jax.device_get(run(jax.random.split(jax.random.key(seed), n_runs)))
+    return smc_runs(data, config, int(grid.n_cuts.max()) + 1, n_runs, seed)
 
 
 @pytest.mark.parametrize(
