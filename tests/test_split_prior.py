@@ -251,7 +251,8 @@ def test_edit_prior_follows_split_prior():
 
 
 def test_sample_and_estimator_pass_split_prior():
-    kw = dict(max_depth=2, num_warmup=50, num_samples=400, num_chains=1, seed=0, progress=False)
+    # 2 chains of 2,000 iterations (one CGM block): the program of test_edit.py's plain CGM run
+    kw = dict(max_depth=2, num_warmup=200, num_samples=1800, num_chains=2, seed=0, progress=False)
     rng = bd.sample(X, Y_CLASS, split_prior="range", **kw)
     uni = bd.sample(X, Y_CLASS, **kw)
     assert rng.prior.split_prior == "range" and uni.prior.split_prior == "uniform"
