@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.special import logsumexp
@@ -118,6 +119,24 @@ def particle_frequencies(out, thresholds: np.ndarray) -> dict[str, float]:
     particles, N) arrays, ``out.log_weight`` (runs, particles)), each run weighted equally."""
     lw = np.asarray(out.log_weight, np.float64)
     return tree_frequencies(out.trees, thresholds, weights=np.exp(lw - logsumexp(lw, axis=1, keepdims=True)))
+
+
+@functools.lru_cache(maxsize=16)
+def _smc_program(config, n_bins: int):
+    from bdtree_jax.kernels import smc
+
+    return jax.jit(jax.vmap(lambda k, data, threshold: smc.run(k, data, config, n_bins, threshold),
+                            in_axes=(0, None, None)))
+
+
+def smc_runs(data: TreeData, config, n_bins: int, n_runs: int, seed: int = 0):
+    """``n_runs`` independent SMC runs (keys ``split(key(seed), n_runs)``), on the host: an
+    :class:`~bdtree_jax.kernels.smc.SMCResult` of (n_runs, ...) arrays.  The data and
+    ``config.ess_threshold`` are arguments of one jitted program per configuration less its
+    threshold and data shapes (closing over them compiled a program per test)."""
+    run = _smc_program(dataclasses.replace(config, ess_threshold=0.0), n_bins)
+    keys = jax.random.split(jax.random.key(seed), n_runs)
+    return jax.device_get(run(keys, data, np.float32(config.ess_threshold)))
 
 
 def topology_frequencies(is_split) -> dict[str, float]:

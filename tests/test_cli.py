@@ -14,11 +14,12 @@ from bdtree_jax.cli import ALLOWED_KEYS, _override, bundled_configs, config_keys
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bdtree_jax", "configs")
 
 
+#: a short quickstart run (both quickstart tests: one compiled block program)
+QUICK = ["--set", "num_warmup=100", "--set", "num_samples=200", "--set", "num_chains=2", "--set", "max_depth=3"]
+
+
 def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
-    code = main([
-        "run", os.path.join(CONFIGS, "quickstart.yaml"), "--output", str(tmp_path),
-        "--set", "num_warmup=100", "--set", "num_samples=200", "--set", "num_chains=2", "--set", "max_depth=3",
-    ])
+    code = main(["run", os.path.join(CONFIGS, "quickstart.yaml"), "--output", str(tmp_path), *QUICK])
     assert code == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["n_test"] == 45 and metrics["test_accuracy_pooled"] > 0.85
@@ -56,11 +57,11 @@ def test_run_a_bundled_config_by_name_without_warnings(tmp_path, monkeypatch, ca
     monkeypatch.chdir(tmp_path)  # outside the checkout: the name is found in the installed package
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a clean run warns about nothing (pyproject lets Future/Deprecation pass)
-        warnings.simplefilter("ignore", ConvergenceWarning)  # but 2 x 20 draws have not converged, rightly
-        assert main(["run", "quickstart", "--set", "num_warmup=50", "--set", "num_samples=20",
-                     "--set", "num_chains=2"]) == 0
+        warnings.simplefilter("ignore", ConvergenceWarning)  # short chains may not have converged, rightly
+        # the options of test_run_config_writes_metrics_and_arviz: the same compiled programs
+        assert main(["run", "quickstart", *QUICK]) == 0
     metrics = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())
-    assert metrics["name"] == "quickstart" and metrics["num_draws_per_chain"] == 20
+    assert metrics["name"] == "quickstart" and metrics["num_draws_per_chain"] == 200
     assert metrics["resumed_from"] is None
     out, err = capsys.readouterr()
     assert "wrote runs/quickstart/" in out and "checkpoint.npz" in out.splitlines()[-1]

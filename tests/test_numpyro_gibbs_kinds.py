@@ -12,6 +12,8 @@ edges (issue #38):
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -277,8 +279,11 @@ def test_mh_ratio_sums_the_terms_differences_at_scale():
     f0 = np.zeros(n, np.float32)
     f1 = f0.copy()
     f1[:1000] = 0.01
-    terms = jax.jit(lambda f: kernel._log_density_terms({"f": f}, (Xn, y), {}))
-    total = jax.jit(lambda f: kernel._log_density({"f": f}, (Xn, y), {}))
+    # the 1M responses are an argument, not a constant folded into the programs (which took
+    # seconds to compile); X stays concrete (the site bins it on the host)
+    terms = functools.partial(jax.jit(lambda f, obs: kernel._log_density_terms({"f": f}, (Xn, obs), {})),
+                              obs=jnp.asarray(y))
+    total = functools.partial(jax.jit(lambda f, obs: kernel._log_density({"f": f}, (Xn, obs), {})), obs=jnp.asarray(y))
     t0, t1 = terms(jnp.asarray(f0)), terms(jnp.asarray(f1))
     from bdtree_jax.kernels.tree_mh import log_lik_change
 

@@ -28,7 +28,7 @@ from bdtree_jax.priors import TreePrior, log_cut_probs, log_rule_prob, make_tree
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string
 
-from helpers import TOY_Y_CLASS, chain_frequencies, particle_frequencies, stack_trees, toy_problem
+from helpers import TOY_Y_CLASS, chain_frequencies, particle_frequencies, smc_runs, stack_trees, toy_problem
 
 X = np.array([[0.0, 4.3], [1.0, 0.0], [1.5, 10.0], [5.0, 4.0], [5.2, 4.5], [9.0, 7.0]])
 Y_CLASS = TOY_Y_CLASS
@@ -218,8 +218,7 @@ def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_
     p = _problem("classification", max_depth, min_leaf_size)
     exact = p.exact
     config = smc.SMCConfig(max_depth, min_leaf_size, num_particles=1000, proposal=proposal, ess_threshold=ess_threshold)
-    run = jax.jit(jax.vmap(lambda k: smc.run(k, p.data, config, int(p.grid.n_cuts.max()) + 1)))
-    out = jax.device_get(run(jax.random.split(jax.random.key(3), 64)))
+    out = smc_runs(p.data, config, int(p.grid.n_cuts.max()) + 1, 64, seed=3)
     freqs = particle_frequencies(out, p.grid.thresholds)
     assert set(freqs) <= set(exact), "a particle left the prior's support"
     assert tv_distance(freqs, exact) <= 0.04
@@ -252,7 +251,8 @@ def test_edit_prior_follows_split_prior():
 
 
 def test_sample_and_estimator_pass_split_prior():
-    kw = dict(max_depth=2, num_warmup=50, num_samples=400, num_chains=1, seed=0, progress=False)
+    # 2 chains of 2,000 iterations (one CGM block): the program of test_edit.py's plain CGM run
+    kw = dict(max_depth=2, num_warmup=200, num_samples=1800, num_chains=2, seed=0, progress=False)
     rng = bd.sample(X, Y_CLASS, split_prior="range", **kw)
     uni = bd.sample(X, Y_CLASS, **kw)
     assert rng.prior.split_prior == "range" and uni.prior.split_prior == "uniform"

@@ -126,15 +126,17 @@ def test_thinned_checkpoint_resumes_to_the_uninterrupted_run(problem, tmp_path, 
 
 def test_sample_thin_keeps_num_samples_draws(iris):
     X, y = iris
-    kw = dict(prior=bd.TreePrior(max_depth=3), num_warmup=30, num_chains=2, seed=1)
-    full = bd.sample(X, y, **kw, num_samples=60)
-    thinned = bd.sample(X, y, **kw, num_samples=20, thin=3)
-    assert thinned.trees.is_split.shape[:2] == (2, 20) and thinned.info["thin"] == 3
+    # the full run has the shapes and options of test_estimators.py's grid-search refit (75 iris rows,
+    # max_depth 3, 100 + 200 iterations, 2 chains): its compiled program
+    kw = dict(prior=bd.TreePrior(max_depth=3), num_warmup=100, num_chains=2, seed=1)
+    full = bd.sample(X, y, **kw, num_samples=200)
+    thinned = bd.sample(X, y, **kw, num_samples=66, thin=3)
+    assert thinned.trees.is_split.shape[:2] == (2, 66) and thinned.info["thin"] == 3
     _assert_same(thinned.trees, jax.tree.map(lambda a: a[:, 2::3], full.trees))
     for k in full.stats:
         np.testing.assert_array_equal(thinned.stats[k], full.stats[k][:, 2::3])
         np.testing.assert_array_equal(thinned.warmup_stats[k], full.warmup_stats[k])
-    clf = bd.BayesianTreeClassifier(max_depth=3, num_warmup=30, num_samples=20, num_chains=2, seed=1, thin=3)
+    clf = bd.BayesianTreeClassifier(max_depth=3, num_warmup=100, num_samples=66, num_chains=2, seed=1, thin=3)
     _assert_same(clf.fit(X, y).posterior_.trees, thinned.trees)
     assert clf.get_params()["thin"] == 3
 

@@ -63,13 +63,15 @@ integrated likelihood).
   final particles are weighted by their raw weights over all islands (islands with a larger
   evidence estimate weigh more; the reference code's default gives each island ``1 / I``).
 
-Fixed shapes: ``num_particles``, ``n_islands`` and the heap are static; the stages run in a
+Fixed shapes: ``num_particles``, ``n_islands`` and the heap are static (``ess_threshold`` is not:
+:func:`threshold_run` compiles one program for every threshold); the stages run in a
 ``while_loop`` until every particle is finished (at most ``2**max_depth - 1`` node-wise
 stages), one ``vmap``-ped step per stage.  Box constraints are not supported (their prior does not factorise over nodes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -438,9 +440,11 @@ def ess_fraction(log_weight: Array) -> Array:
     return 1.0 / jnp.sum(w**2) / log_weight.shape[0]
 
 
-def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMCState:
+def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bins: int = 0,
+          ess_threshold: Array | float | None = None) -> SMCState:
     """One stage: resample the flagged islands, advance every particle (by one node, or by a
-    whole depth level with ``grow="layer"``), reweight, flag the islands to resample next."""
+    whole depth level with ``grow="layer"``), reweight, flag the islands to resample next.
+    ``ess_threshold``: () float32 (may be traced) replacing ``config.ess_threshold`` (None: that)."""
     P, I = config.num_particles, config.n_islands
     Q = P // I
     # split(key, 3)[:2] == split(key, 2): numeric data draw what they always did
@@ -490,17 +494,19 @@ def stage(key: PRNGKey, state: SMCState, data: TreeData, config: SMCConfig, n_bi
         )
     last = mark_finished(particles, last, data)
     log_weight = log_w + increment
-    if config.ess_threshold >= 1.0:
-        resample = jnp.ones((I,), bool)
-    else:
-        resample = jax.vmap(ess_fraction)(log_weight.reshape(I, Q)) <= config.ess_threshold
+    threshold = jnp.asarray(config.ess_threshold if ess_threshold is None else ess_threshold, jnp.float32)
+    # a threshold of 1 resamples every island (the ESS fraction may round above 1)
+    resample = (jax.vmap(ess_fraction)(log_weight.reshape(I, Q)) <= threshold) | (threshold >= 1.0)
     return SMCState(particles, last, log_weight, resample, state.stage + 1,
                     state.n_resampled + jnp.any(state.resample).astype(jnp.int32))
 
 
-def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMCResult:
+def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0,
+        ess_threshold: Array | float | None = None) -> SMCResult:
     """A whole SMC run (stages until every particle is finished).  ``n_bins`` (static): bins per
-    feature, i.e. the largest bin code + 1 -- needed by the ``"posterior"`` proposal."""
+    feature, i.e. the largest bin code + 1 -- needed by the ``"posterior"`` proposal.
+    ``ess_threshold``: () float32, may be traced (one program for every threshold); None:
+    ``config.ess_threshold``."""
     if config.proposal == "posterior" and n_bins < 1:
         raise ValueError("the 'posterior' proposal needs n_bins (the largest bin code + 1).")
     S = max_stages(config.max_depth, config.grow)
@@ -513,7 +519,7 @@ def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMC
 
     def body(carry):
         state, ess = carry
-        state = stage(jax.random.fold_in(key, state.stage), state, data, config, n_bins)
+        state = stage(jax.random.fold_in(key, state.stage), state, data, config, n_bins, ess_threshold)
         island_ess = jax.vmap(ess_fraction)(state.log_weight.reshape(I, -1))
         return state, ess.at[state.stage - 1].set(jnp.min(island_ess))
 
@@ -523,10 +529,33 @@ def run(key: PRNGKey, data: TreeData, config: SMCConfig, n_bins: int = 0) -> SMC
                      state.stage, state.n_resampled, ess)
 
 
-@functools.lru_cache(maxsize=32)
 def compiled_run(config: SMCConfig, n_bins: int):
-    """``jit(run)`` for a configuration, cached so equal configurations share the executable."""
-    return jax.jit(functools.partial(run, config=config, n_bins=n_bins))
+    """``jit(run)`` for a configuration: ``(key, data) -> SMCResult``, cached so equal
+    configurations get the same function.  It calls :func:`threshold_run`'s program with
+    ``config.ess_threshold`` as its argument, so configurations that differ only in the threshold
+    share one executable.  ``compiled_run.cache_clear()`` forgets both kinds."""
+    return _program(config, n_bins, True)
+
+
+def threshold_run(config: SMCConfig, n_bins: int):
+    """``jit(run)`` with the threshold as data: ``(key, (data, ess_threshold)) -> SMCResult`` with
+    ``ess_threshold`` a () float32 (``config.ess_threshold`` is ignored); one cached program for
+    every threshold (:func:`bdtree_jax.methods.SMC` passes the pair to
+    :func:`~bdtree_jax.driver.run_independent`)."""
+    return _program(dataclasses.replace(config, ess_threshold=0.0), n_bins, False)
+
+
+@functools.lru_cache(maxsize=64)
+def _program(config: SMCConfig, n_bins: int, bound: bool):
+    """``bound``: :func:`compiled_run`'s ``(key, data)`` function; else :func:`threshold_run`'s jit."""
+    if bound:
+        shared = threshold_run(config, n_bins)
+        threshold = np.float32(config.ess_threshold)
+        return lambda key, data: shared(key, (data, threshold))
+    return jax.jit(lambda key, inputs: run(key, inputs[0], config, n_bins, inputs[1]))
+
+
+compiled_run.cache_clear = _program.cache_clear
 
 
 def n_codes(grid) -> int:

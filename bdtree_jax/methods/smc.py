@@ -77,8 +77,10 @@ class SMC(Method):
         n_bins = smc_kernel.n_codes(problem.grid)
         key = jax.random.key(options.seed)
         t0 = time.perf_counter()
+        # the threshold travels with the data: one program for every ess_threshold
         runs = run_independent(
-            smc_kernel.compiled_run(config, n_bins), problem.data, key=key, num_chains=options.num_chains,
+            smc_kernel.threshold_run(config, n_bins), (problem.data, np.float32(self.ess_threshold)), key=key,
+            num_chains=options.num_chains,
             progress=options.progress, checkpoint=options.checkpoint, fingerprint=(self.name, config, n_bins),
             devices=options.devices, jittable=True, description=self.name,
         )

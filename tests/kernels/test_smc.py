@@ -12,7 +12,7 @@ from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import smc
 from bdtree_jax.tree import Tree  # noqa: F401
 
-from helpers import particle_frequencies
+from helpers import particle_frequencies, smc_runs
 
 
 def _problem(toy_problem, task, max_depth, min_leaf_size=1):
@@ -21,8 +21,7 @@ def _problem(toy_problem, task, max_depth, min_leaf_size=1):
 
 
 def _runs(data, grid, config, n_runs, seed=0):
-    run = jax.jit(jax.vmap(lambda k: smc.run(k, data, config, int(grid.n_cuts.max()) + 1)))
-    return jax.device_get(run(jax.random.split(jax.random.key(seed), n_runs)))
+    return smc_runs(data, config, int(grid.n_cuts.max()) + 1, n_runs, seed)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +113,24 @@ def _n_decisions(tree, data) -> int:
 
     st = cgm.init(None, data, cgm.CGMConfig(3), tree=Tree(*(jnp.asarray(a) for a in tree)))
     return int(jnp.sum(active_nodes(st.tree) & (st.tree.is_split | splittable(st.lo, st.hi, data.split_prob))))
+
+
+def test_ess_threshold_is_data_of_one_program(toy_problem):
+    """Configurations that differ only in ess_threshold share one executable, and the threshold
+    passed as data gives the draws of the threshold compiled in (bit for bit): never (0), adaptive
+    (0.9) and always (1) resampling, the latter two with resamplings and the first without."""
+    data, grid, _, _ = _problem(toy_problem, "classification", max_depth=2)
+    n_bins = int(grid.n_cuts.max()) + 1
+    configs = [smc.SMCConfig(2, 1, num_particles=16, ess_threshold=t) for t in (0.0, 0.9, 1.0)]
+    assert len({id(smc.threshold_run(c, n_bins)) for c in configs}) == 1
+    key = jax.random.key(4)
+    for config in configs:
+        shared = smc.compiled_run(config, n_bins)(key, data)
+        static = jax.jit(lambda k, d, c=config: smc.run(k, d, c, n_bins))(key, data)  # threshold compiled in
+        for a, b in zip(jax.tree.leaves(shared), jax.tree.leaves(static)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert (int(shared.n_resampled) > 0) == (config.ess_threshold > 0), config
+    assert int(smc.compiled_run(configs[2], n_bins)(key, data).n_resampled) == int(shared.n_stages) - 1
 
 
 def test_resampling_schemes():
