@@ -6,6 +6,7 @@ imports it), the visit frequencies of sampled trees to compare with the exact di
 the stationary law of an independence Metropolis-Hastings chain)."""
 
 import collections
+import contextlib
 import dataclasses
 import functools
 
@@ -154,3 +155,30 @@ def stationary_tv(q: np.ndarray, phi: np.ndarray, target: np.ndarray) -> float:
     evals, evecs = np.linalg.eig(P.T)
     law = np.real(evecs[:, np.argmin(np.abs(evals - 1))])
     return 0.5 * np.abs(law / law.sum() - target).sum()
+
+
+@contextlib.contextmanager
+def jax_listener(listener):
+    """``listener`` registered as a JAX event-duration listener inside the block, removed after
+    (the public ``unregister`` arrived after jax 0.7, the lowest version we support; 0.7's private
+    one otherwise)."""
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield listener
+    finally:
+        unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+        if unregister is None:
+            from jax._src import monitoring as _monitoring
+
+            unregister = _monitoring._unregister_event_duration_listener_by_callback
+        unregister(listener)
+
+
+def exact_tv(traces: dict, problem: "ToyProblem", burn: int) -> float:
+    """TV distance between the visit frequencies of ``run_chains``'s traces (after ``burn``) and
+    the problem's exact posterior, after checking every visited tree is in the prior's support."""
+    from bdtree_jax.exact import tv_distance
+
+    freqs = chain_frequencies(traces, problem.grid.thresholds, burn)
+    assert set(freqs) <= set(problem.exact), "sampler visited a tree outside the prior's support"
+    return tv_distance(freqs, problem.exact)

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import jax_listener
+
 import bdtree_jax as bd
 
 #: Seconds a case may take before it counts as a hang.
@@ -358,15 +360,8 @@ class _Compiles:
 
 @pytest.fixture(scope="module")
 def compiles():
-    listener = _Compiles()
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    yield listener
-    # the public name arrived after jax 0.7 (the lowest version we support); the private one is 0.7's
-    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
-    if unregister is None:
-        from jax._src import monitoring as _monitoring
-        unregister = _monitoring._unregister_event_duration_listener_by_callback
-    unregister(listener)
+    with jax_listener(_Compiles()) as listener:
+        yield listener
 
 
 def run_case(case: Case, compiles: _Compiles, *, to_the_end: bool = False, call=None,

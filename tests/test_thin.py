@@ -7,6 +7,8 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import jax_listener
+
 import bdtree_jax as bd
 from bdtree_jax import driver
 from bdtree_jax.data import make_split_grid
@@ -76,15 +78,8 @@ class _Compiles:
 
 @pytest.fixture
 def compiles():
-    listener = _Compiles()
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    yield listener
-    # the public name arrived after jax 0.7 (the lowest version we support); the private one is 0.7's
-    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
-    if unregister is None:
-        from jax._src import monitoring as _monitoring
-        unregister = _monitoring._unregister_event_duration_listener_by_callback
-    unregister(listener)
+    with jax_listener(_Compiles()) as listener:
+        yield listener
 
 
 @pytest.mark.no_compile_cache  # a program read from the disk cache is not compiled (no event)
