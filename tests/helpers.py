@@ -182,3 +182,17 @@ def exact_tv(traces: dict, problem: "ToyProblem", burn: int) -> float:
     freqs = chain_frequencies(traces, problem.grid.thresholds, burn)
     assert set(freqs) <= set(problem.exact), "sampler visited a tree outside the prior's support"
     return tv_distance(freqs, problem.exact)
+
+
+def run_toy(algorithm, problem: "ToyProblem", num_chains: int, num_iterations: int, n_temperatures: int = 1,
+            seed: int = 11) -> dict:
+    """``run_chains``'s traces of ``algorithm`` on the toy ``problem`` (one block), tempered over
+    ``n_temperatures`` rungs (ladder step 0.5) when more than one (the cold chain recorded)."""
+    from bdtree_jax.driver import run_chains
+    from bdtree_jax.kernels import tempering
+
+    if n_temperatures > 1:
+        algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
+    traces, _ = run_chains(algorithm, problem.data, key=jax.random.key(seed), num_chains=num_chains,
+                           num_iterations=num_iterations, block_size=num_iterations)
+    return traces

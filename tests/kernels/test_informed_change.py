@@ -13,11 +13,11 @@ import pytest
 import bdtree_jax as bd
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact import tv_distance
-from bdtree_jax.kernels import cgm, informed_change, tempering
+from bdtree_jax.kernels import cgm, informed_change
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.tree import Tree, from_string
 
-from helpers import chain_frequencies, exact_tv
+from helpers import chain_frequencies, exact_tv, run_toy
 
 # 16 chains x 20,000 iterations as the perturb test: Monte Carlo TV ~0.015-0.025 on these
 # supports, so 0.04 fails only on real bias.
@@ -97,10 +97,7 @@ def test_dropping_the_proposal_ratio_fails(toy_problem):
 def test_cgm_informed_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, n_temperatures):
     pb = toy_problem(task, max_depth, min_leaf_size)
     algorithm = informed_change.with_informed_change(cgm.CGMConfig.from_prior(pb.prior))
-    if n_temperatures > 1:
-        algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
-    traces, _ = run_chains(algorithm, pb.data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
-                           block_size=ITERS)
+    traces = run_toy(algorithm, pb, CHAINS, ITERS, n_temperatures)
     tv = exact_tv(traces, pb, BURN)
     assert tv <= 0.04, tv
     assert 0.2 < traces["informed_accepted"][:, BURN:].mean() < 1.0

@@ -20,7 +20,7 @@ from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.driver import run_chains
 from bdtree_jax.tree import Tree, from_string, to_string
 
-from helpers import TOY_X, chain_frequencies, exact_tv
+from helpers import TOY_X, chain_frequencies, exact_tv, run_toy
 
 # 16 chains x 20,000 iterations: the Monte Carlo TV of cgm+perturb on these supports (<= 300
 # trees) is ~0.015-0.025, so 0.04 fails only on real bias.
@@ -164,10 +164,7 @@ def test_cgm_perturb_matches_enumerated_posterior(toy_problem, task, max_depth, 
     pconfig = perturb.PerturbConfig.from_cgm(cfg, width=0.1 if adapt else 0.5, adapt=adapt, num_warmup=BURN,
                                              p_change_var=0.3)
     algorithm = perturb.with_perturb(cfg, pconfig)
-    if n_temperatures > 1:
-        algorithm = tempering.tempered(algorithm, tempering.ladder(n_temperatures, 0.5))
-    traces, _ = run_chains(algorithm, pb.data, key=jax.random.key(11), num_chains=CHAINS, num_iterations=ITERS,
-                           block_size=ITERS)
+    traces = run_toy(algorithm, pb, CHAINS, ITERS, n_temperatures)
     tv = exact_tv(traces, pb, BURN)
     assert tv <= 0.04, tv
     acc = traces["perturb_accepted"][:, BURN:].mean()
