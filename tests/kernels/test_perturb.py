@@ -13,7 +13,7 @@ import bdtree_jax as bd
 from bdtree_jax.data import make_split_grid
 from bdtree_jax.exact import tv_distance
 from bdtree_jax.exact.hard import _cut_log_probs, _gaps, _valid_cuts
-from bdtree_jax.kernels import cgm, perturb, tempering
+from bdtree_jax.kernels import cgm, perturb
 from bdtree_jax.kernels.base import SamplingAlgorithm
 from bdtree_jax.likelihoods import NormalMeanShift, default_normal_hyperparameters
 from bdtree_jax.priors import TreePrior, make_tree_data
