@@ -250,8 +250,8 @@ def inclusion_table(az, names: list, ind: np.ndarray) -> list[dict]:
         floor = np.sqrt(pooled * (1 - pooled) / S)
         m = np.maximum(np.nan_to_num(mcse[:, j], nan=0.0), floor)
         z = float(np.std(p, ddof=1) / np.sqrt(np.mean(m**2))) if C >= 2 and np.any(m > 0) else float("nan")
-        rows.append(dict(split=names[k], pooled=pooled, freq=[float(v) for v in p],
-                         mcse=[float(v) for v in mcse[:, j]], z=z))
+        rows.append(dict(split=names[k], pooled=round(pooled, 5), freq=[round(float(v), 5) for v in p],
+                         mcse=[round(float(v), 5) for v in mcse[:, j]], z=round(z, 4)))
     return sorted(rows, key=lambda r: -np.nan_to_num(r["z"], nan=-1.0))
 
 
@@ -311,6 +311,8 @@ def _fmt(v, digits=3):
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return "–"
     if isinstance(v, float):
+        if v != 0 and abs(v) < 10 ** -digits:
+            return f"{v:.1g}"
         return f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.0f}"
     return str(v)
 
@@ -330,21 +332,21 @@ def markdown(rows: list[dict], meta: dict) -> str:
              *[f"- earlier command (rows kept by `--resume`): `{c}`" for c in meta.get("earlier_commands", [])],
              f"- command: `{meta['command']}`; total {meta['wall_s']:.0f} s",
              f"- run options: {meta['run_options'] or 'the library defaults (4 chains x (1000 + 1000))'}; "
-             f"seeds {meta['seeds']}", "- R-hat: max over seeds; ESS and ESS/s: median over seeds; "
+             f"seeds {sorted({r['seed'] for r in rows})}", "- R-hat: max over seeds; ESS and ESS/s: median over seeds; "
              "pred = the worst of the 20 test rows (max R-hat, min ESS); ESS/s = bulk ESS / wall s of the fit "
              "(incl. compile: the 1st seed, which compiles; excl.: median over seeds); z_max: the largest between-chain disagreement of a split's inclusion "
              "frequency (~1 when chains agree); top splits: per-chain frequencies of the seed with the largest z", ""]
-    lines += ["| data | method | chains x draws | wall s (1st seed) | compile s | R-hat ll | R-hat leaves | R-hat pred | "
+    lines += ["| data | method | seeds | chains x draws | wall s (1st seed) | compile s | R-hat ll | R-hat leaves | R-hat pred | "
               "bulk ESS ll | tail ESS ll | bulk ESS leaves | bulk ESS pred | tail ESS pred | ESS/s ll: 1st seed incl. compile / excl. | "
               "ESS/s pred excl | z_max | top disagreeing splits |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
     for (name, method), rs in groups.items():
         ok = [r for r in rs if r["status"] == "ok"]
         if not ok:
-            lines.append(f"| {name} | {method} | refused: {rs[0]['message'][:150].replace('|', '/')} |" + " |" * 14)
+            lines.append(f"| {name} | {method} | {len(rs)} | refused: {rs[0]['message'][:150].replace('|', '/')} |" + " |" * 14)
             continue
 
         def med(k):
@@ -357,7 +359,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         worst = max(ok, key=lambda r: np.nan_to_num(r.get("split_z_max", r.get("feature_z_max", np.nan)), nan=-1))
         zkey = "split_z_max" if "split_z_max" in worst else "feature_z_max"
         lines.append(
-            f"| {name} | {method} | {first['chains']} x {first['draws']} | {first['wall_s']:.1f} | "
+            f"| {name} | {method} | {len(ok)} | {first['chains']} x {first['draws']} | {first['wall_s']:.1f} | "
             f"{first['compile_s']:.1f} | {_fmt(mx('ll_rhat'))} | {_fmt(mx('leaves_rhat'))} | {_fmt(mx('pred_rhat'))} | "
             f"{_fmt(med('ll_ess_bulk'), 0)} | {_fmt(med('ll_ess_tail'), 0)} | {_fmt(med('leaves_ess_bulk'), 0)} | "
             f"{_fmt(med('pred_ess_bulk'), 0)} | {_fmt(med('pred_ess_tail'), 0)} | "
@@ -384,7 +386,9 @@ def _order(r: dict) -> tuple:
 def write(out: Path, rows: list[dict], meta: dict) -> None:
     rows = sorted(rows, key=_order)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
+    # one fit per line (the inclusion tables make the file large with more indentation)
+    body = ",\n".join(json.dumps(r, default=str, separators=(",", ":")) for r in rows)
+    out.with_suffix(".json").write_text(f'{{"meta": {json.dumps(meta, default=str)},\n"rows": [\n{body}]}}\n')
     keys = list(dict.fromkeys(k for r in rows for k in r if k not in _CSV_SKIP))
     with open(out.with_suffix(".csv"), "w", newline="") as fh:
         w = csv.DictWriter(fh, keys)
