@@ -24,8 +24,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
            tempering=None, num_warmup: int = 1000, num_samples: int = 1000, num_chains: int = 4, seed: int = 0,
            progress: bool | None = None, checkpoint=None, block_size: int | None = None, devices=None,
            chain_method: str | None = None, data_shards: int = 1, thin: int = 1, run_until=None,
-           categorical_features="from_dtype",
-           missing: str = "mia", **deprecated):
+           categorical_features="from_dtype", missing: str = "mia", **deprecated):
     """Sample the posterior over trees for data ``(X, y)``.
 
     Parameters
@@ -46,8 +45,7 @@ def sample(X, y, *, method="cgm", task: str = "classification", prior: TreePrior
     num_warmup, num_samples, num_chains, seed, progress, checkpoint, block_size, devices, chain_method, data_shards, thin, run_until
         The run's options (:class:`~bdtree_jax.methods.RunOptions`): ``data_shards`` splits every
         chain's rows over that many devices, ``thin`` keeps every ``thin``-th draw after warm-up
-        (``num_samples`` draws kept), ``run_until=bd.Converged(...)`` keeps sampling (MCMC
-        methods) until the chains pass the convergence check or its budget ends.
+        (``num_samples`` kept), ``run_until=bd.Converged(...)`` samples until the check passes.
     categorical_features, missing
         Categorical columns (default "from_dtype") and missing cells ("mia" or "error"): as
         :func:`~bdtree_jax.problem.build_problem` (docs/categorical-missing.md; method "cgm" only).
