@@ -7,9 +7,13 @@ Compilation is most of the suite's time, so by default the tests
   ``$BDTREE_TEST_CACHE`` (default ``~/.cache/bdtree_jax-tests``), one folder per jax/jaxlib
   version, shared by every job and worker of that version; ``BDTREE_TEST_CACHE=off`` turns it off,
   and a test or module marked ``pytest.mark.no_compile_cache`` compiles afresh;
-* ask XLA for its cheapest backend optimisation (``--xla_backend_optimization_level=0``: programs
-  compile several times faster and the small test programs run no slower); ``BDTREE_TEST_XLA=default``
-  keeps XLA's default flags (one CI job runs that way, so both builds are tested); on jax < 0.10
+* ask XLA for its cheapest optimisation (``jax_disable_most_optimizations``: backend level 0, no
+  expensive LLVM passes; programs compile several times faster and the small test programs run no
+  slower), except in tests marked ``xla_optimized``: long sampling runs, 1.5-3x faster optimised,
+  which pays for their compile (the flag is read at each compile, so it can change per test);
+  ``BDTREE_TEST_XLA=level0`` asks for ``--xla_backend_optimization_level=0`` in every test instead;
+  ``BDTREE_TEST_XLA=default`` keeps XLA's default flags (one CI job runs that way, so both builds are
+  tested); on jax < 0.10
   the default flags are kept always: there, at level 0, programs that differ only in how they batch
   exact integer counts round float sums differently (~1e-8), which breaks the bit-identity tests;
 * free compiled programs only when the process's memory mappings near the kernel's limit.
@@ -22,9 +26,11 @@ from importlib.metadata import version as _installed_version
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("BDTREE_CPU_DEVICES", "4")
 _JAX_AT_LEAST_0_10 = tuple(int(p) for p in _installed_version("jax").split(".")[:2]) >= (0, 10)
-if (os.environ.get("BDTREE_TEST_XLA", "fast") != "default" and _JAX_AT_LEAST_0_10
-        and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")):
+_CHEAP_XLA = (os.environ.get("BDTREE_TEST_XLA", "fast") != "default" and _JAX_AT_LEAST_0_10
+              and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""))
+if _CHEAP_XLA and os.environ.get("BDTREE_TEST_XLA") == "level0":
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+    _CHEAP_XLA = False
 
 import matplotlib  # noqa: E402
 
@@ -47,6 +53,24 @@ def _compilation_cache_dir() -> str | None:
     return os.path.join(root, f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}")
 
 
+if _CHEAP_XLA:
+    jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(autouse=True)
+def _optimised_xla(request):
+    """A test marked ``xla_optimized`` (long sampling runs, where optimised code pays) compiles with
+    XLA's default optimisation even in the cheap-compile jobs."""
+    if not _CHEAP_XLA or (request.node.get_closest_marker("xla_optimized") is None):
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
+
+
 _CACHE_DIR = _compilation_cache_dir()
 if _CACHE_DIR is not None:
     jax.config.update("jax_compilation_cache_dir", _CACHE_DIR)
@@ -55,6 +79,7 @@ if _CACHE_DIR is not None:
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "xla_optimized: compile with XLA's default optimisation (long runs)")
     config.addinivalue_line("markers", "no_compile_cache: compile afresh, not from the persistent cache (memory tests)")
 
 

@@ -328,6 +328,7 @@ def _probit_setup():
     return X, grid, prior, data, config
 
 
+@pytest.mark.xla_optimized
 def test_single_probit_tree_matches_enumeration():
     """M = 1 probit tree (sigma = 1, offset 0.4, tau2 = 1) on 6 rows: latents, tree update and
     leaf draw together must sample p(T | y) with ``p(y | T) = prod_leaves int prod_i
@@ -651,6 +652,7 @@ def _probit_data(n, rng, feature=0, d=4):
     return X, p, (rng.uniform(size=n) < p).astype(int)
 
 
+@pytest.mark.xla_optimized
 def test_classifier_end_to_end():
     """BARTClassifier on y ~ Bernoulli(Phi(3 (2 x_0 - 1))), 4 uniform features, n = 200, 10 trees,
     2 chains x (200 + 600) sweeps, string labels.  Checks: classes_ and labels; P(y=1|x) on 500

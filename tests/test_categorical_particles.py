@@ -38,6 +38,7 @@ def _exact_tempered(prior, beta: float) -> dict:
     return {s: float(p) for (s, _, _), p in zip(trees, np.exp(log_post - logsumexp(log_post)))}
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("valid_cuts,proposal,beta", [("data", "prior", 1.0), ("ancestors", "prior", 1.0),
                                                       ("data", "posterior", 0.5)])
 def test_pg_matches_exact_posterior(valid_cuts, proposal, beta):

@@ -161,6 +161,7 @@ def _restructure_chains(rc, n_steps: int):
     return jax.jit(jax.vmap(run, in_axes=(0, None, None)))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("start,drop_w", [(CAT_START, False), pytest.param(CAT_START_2, False, marks=pytest.mark.slow),
                                           pytest.param(CAT_START, True, marks=pytest.mark.slow)])
 def test_restructure_alone_samples_the_prior_on_the_fibre(start, drop_w):
@@ -185,6 +186,7 @@ def test_restructure_alone_samples_the_prior_on_the_fibre(start, drop_w):
         assert accepted.mean() > 0.1
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("weights", ["prior", pytest.param("uniform", marks=pytest.mark.slow)])
 def test_wu_matches_exact_posterior(weights):
     """The WU schedule (2 general CGM steps, one restructure, 2 general CGM steps) within TV 0.04

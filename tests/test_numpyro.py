@@ -236,6 +236,7 @@ def tree_plus_linear(X, y=None):
     numpyro.sample("y", dist.Normal(phi @ leaf + b * X[:, 2], sigma), obs=y)
 
 
+@pytest.mark.xla_optimized
 def test_tree_kernel_recovers_planted_parameters():
     # Topology moves are rarely accepted at n = 300 (0.1-0.5 % of iterations: a grown or pruned
     # slot takes its padded values from their prior), so each chain keeps the topology it found

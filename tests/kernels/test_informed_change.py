@@ -89,6 +89,7 @@ def test_dropping_the_proposal_ratio_fails(toy_problem):
     assert tv > 0.08, tv
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("task, max_depth, min_leaf_size, n_temperatures", [
     ("classification", 2, 1, 1),
     ("regression", 2, 1, 3),
