@@ -81,6 +81,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._cli_keys import KEY_HELP as _KEY_HELP
 from ._devices import use_cpu_cores_unless_chosen
 from ._renamed import RENAMED, renamed, warn_renamed
 from .api import LEAF_OPTIONS, PRIOR_OPTIONS, sample, split_flat, tree_prior
@@ -93,7 +94,7 @@ __all__ = ["main", "load_config", "run_config", "bundled_configs", "find_config"
 #: The keys of a method's options (top level, or nested under ``method:``).
 _METHOD_KEYS = set(method_options())
 _MODEL_KEYS = set(PRIOR_OPTIONS) | set(LEAF_OPTIONS) | _METHOD_KEYS | set(TEMPERING_OPTIONS)
-_SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size", "thin", "data_shards"}
+_SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size", "thin", "data_shards", "run_until"}
 #: How the table's columns are read (docs/categorical-missing.md).
 _DATA_KEYS = {"categorical_features", "missing"}
 _RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
@@ -106,67 +107,6 @@ _CHECKPOINT = "checkpoint.npz"
 _RUN_DEFAULTS = {"name": "the file's name", "dataset": "(required)", "split": "paper", "task": "from the dataset",
                  "method": inspect.signature(sample).parameters["method"].default, "output": "runs/NAME",
                  "tempering": "null"}
-#: One line of help per config key (``bdtree config-keys``); the keys and defaults come from the code.
-_KEY_HELP = {
-    "name": "run name",
-    "dataset": "a bdtree_jax.datasets name, or cgm (CGM98's simulated data)",
-    "split": "paper (the paper's split), none (train = test = all rows) or a test fraction such as 0.3",
-    "task": "classification or regression",
-    "method": "the method's name, or a mapping {name: ..., option: value, ...}",
-    "output": "folder of the results and the checkpoint (a rerun resumes from it)",
-    "tempering": "a mapping {num_temperatures: ..., delta_t: ...} (or give them at the top level)",
-    "categorical_features": "categorical columns: from_dtype, null, or a list of column names or indices",
-    "missing": "missing cells: mia (routed to a side at every rule) or error",
-    "max_depth": "deepest level a tree may reach",
-    "alpha": "a node at depth d splits with probability alpha (1 + d)**-beta",
-    "beta": "how fast that probability falls with depth",
-    "min_leaf_size": "fewest training rows a split leaves on each side",
-    "split_prior": "how a cut is chosen among a feature's valid cuts: uniform or range (by gap width)",
-    "valid_cuts": "data (cuts that split the node's rows, CGM98) or ancestors (BART)",
-    "structure": "cgm (alpha, beta) or pinball (a Poisson number of leaves)",
-    "pinball_rate": "pinball: number of leaves - 1 ~ Poisson(pinball_rate)",
-    "pinball_balance": "pinball: each split's left leaf count ~ BetaBinomial(balance, balance)",
-    "pinball_max_leaves": "pinball: the most leaves (null: 2**max_depth)",
-    "concentration": "classification: Dirichlet concentration of each leaf's class probabilities",
-    "nu": "regression: sigma^2 ~ IG(nu/2, nu lam/2) (null: 3)",
-    "lam": "regression: sigma^2 ~ IG(nu/2, nu lam/2) (null: calibrated on var(y))",
-    "a": "regression: leaf mean ~ N(mu_bar, sigma^2 / a) (null: 1/3)",
-    "mu_bar": "regression: prior mean of the leaf means (null: mean(y))",
-    "num_warmup": "iterations per chain discarded (MCMC methods)",
-    "num_samples": "draws kept per chain",
-    "num_chains": "independent chains (SMC: runs; PCFG: sets of exact draws)",
-    "seed": "random seed; the same seed gives the same draws",
-    "block_size": "iterations per compiled block and between checkpoints (null: the method's)",
-    "thin": "keep every thin-th iteration after warm-up",
-    "data_shards": "split every chain's rows over this many devices",
-    "proposal": "cgm: cgm, regrow, cgm+regrow or cgm+perturb; smc, pg: prior or posterior",
-    "move_probs": "cgm, wu: grow, prune, change, swap; hmc: grow, prune, stay or grow, prune, change, stay (null: 0.2, 0.2, 0.6)",
-    "box_constraints": "regions {feature: [low, high]} no rule may cut through",
-    "initial_tree": "the edit prior's tree (a tree string, or cart: a fitted CART)",
-    "mean_edits": "the edit prior's mean number of edits",
-    "max_edits": "the edit prior's most edits",
-    "schedule": "fast (one NUTS adaptation, leg_steps per leg) or paper",
-    "h_init": "split sharpness at the start of warm-up",
-    "h_final": "split sharpness after warm-up",
-    "leg_steps": "NUTS transitions per leg (schedule fast)",
-    "max_tree_depth": "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most)",
-    "leaf_proposal": "hmc regression: leaf means at a grow / prune, conditional (full conditional) or prior",
-    "split_proposal": "hmc regression: a grown node's rule, conditional (scored cuts mixed with the prior) or prior",
-    "warmup_move_probs": "grow, prune, (change,) stay during warm-up (null: 0.5, 0.25, 0.25)",
-    "log_phi": "log phi of the PCFG prior",
-    "num_buckets": "cut features into that many equal-width buckets (null: every distinct value)",
-    "unbounded": "ignore max_depth: trees of any depth",
-    "num_particles": "particles per run (smc) or per sweep (pg)",
-    "num_islands": "independent particle systems, each resampling on its own",
-    "grow": "a stage grows one node per particle (next) or a whole level (layer)",
-    "resampling": "multinomial or systematic",
-    "ess_threshold": "resample when the ESS falls to this fraction of the particles",
-    "num_local_steps": "CGM steps before and after each restructure",
-    "restructure": "auto, pi or gibbs",
-    "max_groups": "the most leaves the Gibbs restructure handles",
-    "num_temperatures": "rungs of the tempering ladder (1: no tempering)",
-    "delta_t": "rung i has inverse temperature 1 / (1 + delta_t i)",
-}
 
 
 def _did_you_mean(words, choices) -> str:
@@ -399,7 +339,23 @@ def _sample_arguments(method: str, flat: dict, *, where: str) -> dict:
     ``DeprecationWarning`` here."""
     method, tempering, prior_options, likelihood, rest, _moved = split_flat(method, flat, where=where)
     prior = tree_prior(prior_options, where) if prior_options else None
+    if rest.get("run_until") is not None:
+        rest["run_until"] = _converged(rest["run_until"], where)
     return dict(method=method, tempering=tempering, prior=prior, likelihood=likelihood or None, **rest)
+
+
+def _converged(value, where: str):
+    """The config's ``run_until`` mapping as a :class:`~bdtree_jax.Converged`."""
+    from .methods import Converged
+
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}run_until must be null or a mapping {{rhat: ..., ess: ..., max_iterations: ..., "
+                         f"max_seconds: ...}} (each optional); got {value!r}.")
+    try:
+        return Converged(**value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}run_until: {str(e).removeprefix('Converged: ').removeprefix('Converged.__init__() ')}") \
+            from None
 
 
 #: The checkpoint of the config being run: its ``(mtime_ns, size)`` when the run began (None: no

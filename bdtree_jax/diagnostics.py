@@ -494,13 +494,12 @@ def _advice(posterior, diagnostics: Mapping, syntax: str = "python") -> str:
                      f"(now {W}, {S})")
     if C < 4:
         items.append(option("num_chains", 4) + f" (now {C}{'; R-hat needs 2 or more' if C == 1 else ''})")
-    if method in ("cgm", "hmc-df", "hmc-dfi", "pg", "wu") and not cli:
-        until = facts["run_until"]
-        if until is None:  # rounds that double thin until the check passes (methods.until)
-            items.append(f"run_until=bd.Converged(max_iterations={max(100_000, 10 * S):_})")
-        else:
-            items.append(f"run_until=bd.Converged(max_iterations={4 * until['iterations']:_}) "
-                         f"(now {until['iterations']:_} iterations, thin {until['thin']})")
+    if method in ("cgm", "hmc-df", "hmc-dfi", "pg", "wu"):
+        until = facts["run_until"]  # rounds that double thin until the check passes (methods.until)
+        most = max(100_000, 10 * S) if until is None else 4 * until["iterations"]
+        items.append((f"--set 'run_until={{max_iterations: {most}}}'" if cli else
+                      f"run_until=bd.Converged(max_iterations={most:_})")
+                     + ("" if until is None else f" (now {until['iterations']:_} iterations, thin {until['thin']})"))
     if method == "bart":
         if facts["proposal"] != "pg":
             items.append(f"tree_sampler='pg' (now {facts['proposal']!r})")

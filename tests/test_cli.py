@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import re
@@ -7,7 +8,7 @@ import warnings
 
 import pytest
 
-from bdtree_jax import driver
+from bdtree_jax import Converged, cli, driver
 from bdtree_jax.diagnostics import ConvergenceWarning
 from bdtree_jax.cli import ALLOWED_KEYS, _override, bundled_configs, config_keys, load_config, main
 
@@ -83,11 +84,34 @@ def test_convergence_warning_is_one_line_of_set_options(tmp_path, monkeypatch, c
                                                     "converged: "), err
     assert "--set num_warmup=" in err and "--set num_samples=" in err and "--set num_chains=4 (now 2)" in err
     assert "num_temperatures" not in err and "proposal" not in err  # the config's tempering and regrow
-    keys = re.findall(r"--set (\w+)=", err)
-    assert keys and set(keys) <= ALLOWED_KEYS
+    keys = re.findall(r"--set '?(\w+)=", err)
+    assert "run_until" in keys and set(keys) <= ALLOWED_KEYS
     assert "bd." not in err and "warnings." not in err and ".py" not in err and "Warning:" not in err
     convergence = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())["convergence"]
     assert convergence["warned"] is True and convergence["log_lik"]["ess_bulk"] < 400
+
+
+def test_run_until_is_a_config_key(tmp_path, monkeypatch, capsys):
+    """``run_until`` takes :class:`~bdtree_jax.Converged`'s options as a mapping (the warning's
+    advice above names it so); a bad one is refused before anything compiles, naming the key."""
+    monkeypatch.chdir(tmp_path)
+    sampled = {}
+
+    @functools.wraps(cli.sample)  # the help table reads sample's signature
+    def sample(*args, **kwargs):  # records what bdtree run asks for, and stops it there
+        sampled.update(kwargs)
+        raise OSError("stopped by the test")
+
+    monkeypatch.setattr(cli, "sample", sample)
+    assert main(["run", "quickstart", "--set", "run_until={max_iterations: 4000, max_seconds: 30}"]) == 2
+    assert sampled["run_until"] == Converged(max_iterations=4000, max_seconds=30)
+    capsys.readouterr()
+    for value, says in (("{max_iteration: 10}", "unexpected keyword argument 'max_iteration'"),
+                        ("{rhat: 0.5}", "rhat must be a finite number > 1"), ("100", "must be null or a mapping")):
+        sampled.clear()
+        assert main(["run", "quickstart", "--set", f"run_until={value}"]) == 2
+        err = capsys.readouterr().err
+        assert not sampled and "run_until" in err and says in err, err
 
 
 def test_every_shipped_config_is_valid():

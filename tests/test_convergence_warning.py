@@ -313,7 +313,7 @@ def test_advice_names_run_until_and_a_larger_budget_once_it_was_used():
     report = dict(converged=False, rounds=3, thin=4, iterations=2000, missed=["log_lik"])
     longer = convergence_message(_stuck_run(run_until=report))
     assert "run_until=bd.Converged(max_iterations=8_000) (now 2_000 iterations, thin 4)" in longer
-    assert "run_until" not in convergence_message(_stuck_run(), syntax="cli")  # not a config key (yet)
+    assert "--set 'run_until={max_iterations: 100000}'" in convergence_message(_stuck_run(), syntax="cli")
     assert "run_until" not in convergence_message(_stuck_run("smc", num_particles=100))
 
 

@@ -40,7 +40,7 @@ LAYERS = {
     "numpyro": ("bdtree_jax.numpyro",),
     "driver": ("bdtree_jax.driver", "bdtree_jax._checkpoint"),
     "posterior": ("bdtree_jax.posterior", "bdtree_jax._arviz", "bdtree_jax.diagnostics"),
-    "face": ("bdtree_jax.methods", "bdtree_jax.api", "bdtree_jax.estimators", "bdtree_jax.cli",
+    "face": ("bdtree_jax.methods", "bdtree_jax.api", "bdtree_jax.estimators", "bdtree_jax.cli", "bdtree_jax._cli_keys",
              "bdtree_jax"),
 }
 
