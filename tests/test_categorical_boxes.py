@@ -128,7 +128,7 @@ def test_kernel_and_enumerator_agree_on_every_tree():
             assert abs(lp - kept[s]) < 1e-4, s
 
 
-@pytest.mark.parametrize("proposal", ["cgm", "cgm+regrow", pytest.param("tempered", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("proposal", [pytest.param("cgm", marks=pytest.mark.slow), "cgm+regrow", pytest.param("tempered", marks=pytest.mark.slow)])
 def test_cgm_matches_exact_posterior_with_boxes(proposal):
     """The general CGM chain (proposal "cgm", "cgm+regrow", or tempered CGM) under the box:
     every sampled tree respects it (is in the enumerator's support: 63 of the 1,013 trees) and

@@ -84,7 +84,7 @@ def _levels(grid):
 
 FIBRES = [  # (max_depth, start, categorical, fibre size, q's mass inside the heap)
     (2, "x1in{1}|NA=L(x0<=2.5|NA=R(L,L),L)", True, 12, 1.0),
-    (3, CAT_START, True, 114, 1.0),
+    pytest.param(3, CAT_START, True, 114, 1.0, marks=pytest.mark.slow),
     pytest.param(3, CAT_START_2, True, 92, 1.0, marks=pytest.mark.slow),
     (2, MISSING_START_2, False, None, None),
     pytest.param(3, MISSING_START, False, None, None, marks=pytest.mark.slow),

@@ -166,6 +166,7 @@ def test_bad_configs_raise_before_compiling(tiny):
         bd.BayesianTreeClassifier(method="hmc").fit(X, y)
 
 
+@pytest.mark.slow
 def test_classifier_end_to_end(tmp_path):
     """A separable problem: the HMC-DF posterior puts the root on the informative feature, predicts
     held-out rows, reproduces its draws from the seed, round-trips through save/load and ArviZ."""
