@@ -80,7 +80,7 @@ def test_plan_fits_the_budget():
     assert streaming.draws_per_chunk(1000, 200_000, 96, budget=64 * 2**20) == 3
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
+@pytest.mark.parametrize("task", [pytest.param("classification", marks=pytest.mark.slow), "regression"])
 def test_hard_posterior_streamed_matches_unchunked(task, cls_post, reg_post, data, monkeypatch):
     post = cls_post if task == "classification" else reg_post
     Xt = data[3]
