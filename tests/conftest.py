@@ -57,18 +57,24 @@ if _CHEAP_XLA:
     jax.config.update("jax_disable_most_optimizations", True)
 
 
+def _switched_while_marked(request, marker: str, applies: bool, option: str, value: bool):
+    """Fixture body: the boolean JAX option ``option`` is ``value`` during a test marked ``marker``
+    (where ``applies``) and ``not value`` again after it."""
+    if not applies or request.node.get_closest_marker(marker) is None:
+        yield
+        return
+    jax.config.update(option, value)
+    try:
+        yield
+    finally:
+        jax.config.update(option, not value)
+
+
 @pytest.fixture(autouse=True)
 def _optimised_xla(request):
     """A test marked ``xla_optimized`` (long sampling runs, where optimised code pays) compiles with
     XLA's default optimisation even in the cheap-compile jobs."""
-    if not _CHEAP_XLA or (request.node.get_closest_marker("xla_optimized") is None):
-        yield
-        return
-    jax.config.update("jax_disable_most_optimizations", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", True)
+    yield from _switched_while_marked(request, "xla_optimized", _CHEAP_XLA, "jax_disable_most_optimizations", False)
 
 
 _CACHE_DIR = _compilation_cache_dir()
@@ -117,14 +123,8 @@ def toy_problem():
 @pytest.fixture(autouse=True)
 def _compile_cache_opt_out(request):
     """A test (or module) marked ``no_compile_cache`` compiles without the persistent cache."""
-    if _CACHE_DIR is None or request.node.get_closest_marker("no_compile_cache") is None:
-        yield
-        return
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", True)
+    yield from _switched_while_marked(request, "no_compile_cache", _CACHE_DIR is not None, "jax_enable_compilation_cache",
+                                      False)
 
 
 def _memory_maps_near_limit(fraction: float = 0.5) -> bool:
