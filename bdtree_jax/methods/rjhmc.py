@@ -22,6 +22,15 @@ KINDS = ("df", "dfi")
 #: RJHMC regression warns when y's standard deviation lies outside this range (its priors are in y's units).
 Y_SD_RANGE = (1e-2, 1e2)
 
+#: Default split sharpness (None): ``h_final``, and ``h_init`` per kind (the cgm configs' values,
+#: docs/methods/rjhmc.md "Defaults").
+H_FINAL = 0.001
+H_INIT = {"df": 0.001, "dfi": 0.01}
+#: Default (warm-up, sampling) move probabilities: (grow, prune, stay) ...
+MOVE_PROBS = ((0.5, 0.25, 0.25), (0.2, 0.2, 0.6))
+#: ... and (grow, prune, change, stay) where change moves apply (regression, conditional rules).
+CHANGE_MOVE_PROBS = ((0.4, 0.2, 0.2, 0.2), (0.2, 0.2, 0.2, 0.4))
+
 
 @dataclass(frozen=True)
 class RJHMC(MCMCMethod):
@@ -44,21 +53,25 @@ class RJHMC(MCMCMethod):
     schedule : {"fast", "paper"}, default "fast"
         "fast": one global NUTS adaptation during warm-up, then ``leg_steps`` NUTS transitions per
         leg; "paper": 500 NUTS warm-up steps and one draw per leg, as the reference code.
-    h_init, h_final : float > 0, default 0.025
+    h_init, h_final : float > 0 or None
         Split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
-        annealed from ``h_init`` down to ``h_final`` during warm-up.
+        annealed from ``h_init`` down to ``h_final`` during warm-up.  None: ``h_final`` 0.001
+        (at most ``h_init``); ``h_init`` 0.001 for "df", 0.01 for "dfi" (at least ``h_final``),
+        as the cgm configs (docs/methods/rjhmc.md, "Defaults").
     leg_steps : int >= 1, default 4
         NUTS transitions per leg ("fast").
     move_probs : (3,) or (4,) tuple or None
-        (grow, prune, stay) or (grow, prune, change, stay) after warm-up; None: (0.2, 0.2, 0.6).
-        A change (regression with ``split_proposal="conditional"``) redraws the rule of a node
-        whose children are leaves from the scored cuts; the cgm configs use (0.2, 0.2, 0.2, 0.4).
+        (grow, prune, stay) or (grow, prune, change, stay) after warm-up.  A change (regression
+        with ``split_proposal="conditional"``) redraws the rule of a node whose children are
+        leaves from the scored cuts.  None: (0.2, 0.2, 0.2, 0.4) where change moves apply,
+        else (0.2, 0.2, 0.6).
     warmup_move_probs : (3,) or (4,) tuple or None
-        The same during warm-up; None: (0.5, 0.25, 0.25).
-    max_tree_depth : int >= 1, default 10
+        The same during warm-up; None: (0.4, 0.2, 0.2, 0.2) where change moves apply, else
+        (0.5, 0.25, 0.25).
+    max_tree_depth : int >= 1, default 5
         NUTS's largest trajectory doubling (at most ``2**max_tree_depth - 1`` gradients per
-        transition).  At sharp ``h`` on gridded inputs trajectories hit it: the cgm configs use 5
-        (docs/methods/rjhmc.md).
+        transition).  At sharp ``h`` on gridded inputs trajectories hit 10 at ~20x the cost for
+        no gain (docs/methods/rjhmc.md).
     leaf_proposal : {"conditional", "prior"}, default "conditional"
         Regression: at a grow or prune the leaf means of the node and its children are drawn from
         their Gaussian full conditional under the proposed topology ("conditional"), or the
@@ -72,12 +85,12 @@ class RJHMC(MCMCMethod):
 
     kind: str = "df"
     schedule: str = "fast"
-    h_init: float = 0.025
-    h_final: float = 0.025
+    h_init: float | None = None
+    h_final: float | None = None
     leg_steps: int = 4
     move_probs: tuple | None = None
     warmup_move_probs: tuple | None = None
-    max_tree_depth: int = 10
+    max_tree_depth: int = 5
     leaf_proposal: str = "conditional"
     split_proposal: str = "conditional"
 
@@ -89,6 +102,16 @@ class RJHMC(MCMCMethod):
         for name in ("move_probs", "warmup_move_probs"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        # None: the defaults, h_init raised to a given h_final and h_final lowered to a given h_init
+
+        def number(v):
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+        if self.h_final is None:
+            object.__setattr__(self, "h_final", min(H_FINAL, self.h_init) if number(self.h_init) else H_FINAL)
+        if self.h_init is None:
+            h = H_INIT[self.kind]
+            object.__setattr__(self, "h_init", max(h, self.h_final) if number(self.h_final) else h)
         try:
             # regression accepts every option classification does, and change moves too (a
             # classifier with them is refused when its kernel is built, before compiling)
@@ -101,14 +124,21 @@ class RJHMC(MCMCMethod):
         """"hmc-df" or "hmc-dfi"."""
         return f"hmc-{self.kind}"
 
+    def changes(self, task: str) -> bool:
+        """Whether change moves apply (regression with ``split_proposal="conditional"``): the
+        default move probabilities include them there."""
+        return task == "regression" and self.split_proposal == "conditional"
+
     def config(self, task: str, *, max_depth: int, num_warmup: int, alpha: float = 0.95, beta: float = 1.0,
                n_classes: int = 2, concentration: float = 1.0, mu_mean: float = 0.0) -> RJHMCConfig:
         """The kernel's static configuration for a task, prior and warm-up length."""
+        change = self.changes(task)
+        default_warmup, default_moves = (CHANGE_MOVE_PROBS if change else MOVE_PROBS)
         return RJHMCConfig(
             task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=self.h_init,
             h_final=self.h_final, schedule=self.schedule, num_warmup=int(num_warmup),
-            warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else (0.5, 0.25, 0.25),
-            move_probs=self.move_probs if self.move_probs is not None else (0.2, 0.2, 0.6),
+            warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else default_warmup,
+            move_probs=self.move_probs if self.move_probs is not None else default_moves,
             leg_steps=self.leg_steps, max_tree_depth=self.max_tree_depth, leaf_proposal=self.leaf_proposal,
             split_proposal=self.split_proposal,
             n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
