@@ -148,8 +148,8 @@ _KEY_HELP = {
     "mean_edits": "the edit prior's mean number of edits",
     "max_edits": "the edit prior's most edits",
     "schedule": "fast (one NUTS adaptation, leg_steps per leg) or paper",
-    "h_init": "split sharpness at the start of warm-up (null: 0.001 for hmc-df, 0.01 for hmc-dfi)",
-    "h_final": "split sharpness after warm-up (null: 0.001)",
+    "h_init": "split sharpness at the start of warm-up (null: regression 0.001, hmc-dfi 0.01; classification 0.025)",
+    "h_final": "split sharpness after warm-up (null: regression 0.001, classification 0.025)",
     "leg_steps": "NUTS transitions per leg (schedule fast)",
     "max_tree_depth": (
         "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most; default 5)"),

@@ -72,14 +72,16 @@ def fit_one(method: str, seed: int, chains=None, warmup=None, samples=None, prog
 OLD_DEFAULTS = dict(h_init=0.025, h_final=0.025, max_tree_depth=10)
 
 
-def classify_one(dataset: str, kind: str, defaults: str, seed: int, chains: int, warmup: int, samples: int) -> dict:
-    """Short classification fit with the new defaults or the old ones (``OLD_DEFAULTS``): test accuracy."""
+def classify_one(dataset: str, kind: str, defaults: str, seed: int, chains: int, warmup: int, samples: int,
+                 new: dict) -> dict:
+    """Short classification fit with the new defaults (and ``new``'s options) or the old ones
+    (``OLD_DEFAULTS``): test accuracy."""
     import warnings
 
     import bdtree_jax as bd
 
     X, y, Xt, yt = bd.datasets.load_split(dataset)
-    method = bd.RJHMC(kind=kind, **(OLD_DEFAULTS if defaults == "old" else {}))
+    method = bd.RJHMC(kind=kind, **(OLD_DEFAULTS if defaults == "old" else new))
     clf = bd.BayesianTreeClassifier(method=method, seed=seed, num_chains=chains, num_warmup=warmup,
                                     num_samples=samples)
     t0 = time.perf_counter()
@@ -88,9 +90,11 @@ def classify_one(dataset: str, kind: str, defaults: str, seed: int, chains: int,
         clf.fit(X, y)
     wall = time.perf_counter() - t0
     acc = float(np.mean(np.asarray(clf.predict(Xt)) == np.asarray(yt)))
-    return dict(dataset=dataset, method=f"hmc-{kind}", defaults=defaults, chains=chains, warmup=warmup,
-                samples=samples, test_accuracy=acc, wall_s=wall, h_init=method.h_init, h_final=method.h_final,
-                max_tree_depth=method.max_tree_depth)
+    config = clf.posterior_.config
+    return dict(dataset=dataset, method=f"hmc-{kind}", defaults=defaults, new=new if defaults == "new" else {},
+                chains=chains, warmup=warmup,
+                samples=samples, test_accuracy=acc, wall_s=wall, h_init=config.h_init, h_final=config.h_final,
+                max_tree_depth=config.max_tree_depth)
 
 
 def report_classification(results: list[dict], command: str) -> str:
@@ -100,7 +104,7 @@ def report_classification(results: list[dict], command: str) -> str:
              "| data | method | defaults | h_init -> h_final | NUTS depth | chains x (warm-up + samples) | "
              "test accuracy | wall s |", "|---|---|---|---|---:|---|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['dataset']} | {r['method']} | {r['defaults']} | {r['h_init']} -> {r['h_final']} | "
+        lines.append(f"| {r['dataset']} | {r['method']} | {r['defaults']}{' ' + r['new'] if r.get('new') else ''} | {r['h_init']} -> {r['h_final']} | "
                      f"{r['max_tree_depth']} | {r['chains']} x ({r['warmup']} + {r['samples']}) | "
                      f"{r['test_accuracy']:.3f} | {r['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -150,6 +154,10 @@ def main(argv=None):
     p.add_argument("--command", default=None, help="the command line shown in the report")
     p.add_argument("--classification", nargs="+", default=None, metavar="DATA:KIND",
                    help="instead: short classification fits, old and new defaults (e.g. bcw:df iris:dfi)")
+    p.add_argument("--which", nargs="+", default=["old", "new"], choices=["old", "new"],
+                   help="classification: which defaults to fit")
+    p.add_argument("--new", default="{}", help="classification: the 'new' RJHMC options as JSON "
+                   "(default {}: the library's defaults; e.g. '{\"h_init\": 0.001, \"h_final\": 0.001}')")
     a = p.parse_args(argv)
     command = a.command or "python " + " ".join(sys.argv)
     if a.classification:
@@ -157,9 +165,9 @@ def main(argv=None):
         results = []
         for item in a.classification:
             dataset, kind = item.split(":")
-            for defaults in ("old", "new"):
+            for defaults in a.which:
                 results.append(classify_one(dataset, kind, defaults, a.seed, a.chains or 2, a.warmup or 100,
-                                            a.samples or 100))
+                                            a.samples or 100, json.loads(a.new)))
                 print(json.dumps(results[-1]), flush=True)
         if a.json:
             with open(a.json, "w") as f:

@@ -22,10 +22,11 @@ KINDS = ("df", "dfi")
 #: RJHMC regression warns when y's standard deviation lies outside this range (its priors are in y's units).
 Y_SD_RANGE = (1e-2, 1e2)
 
-#: Default split sharpness (None): ``h_final``, and ``h_init`` per kind (the cgm configs' values,
-#: docs/methods/rjhmc.md "Defaults").
-H_FINAL = 0.001
-H_INIT = {"df": 0.001, "dfi": 0.01}
+#: Default split sharpness (None), ``{task: {kind: (h_init, h_final)}}``: regression the cgm configs'
+#: values (sharp splits, found by the scored cuts and change moves), classification the paper's 0.025
+#: (no scored cuts: at sharp h NUTS cannot move a threshold across a data point; docs/methods/rjhmc.md).
+H_DEFAULTS = {"regression": {"df": (0.001, 0.001), "dfi": (0.01, 0.001)},
+              "classification": {"df": (0.025, 0.025), "dfi": (0.025, 0.025)}}
 #: Default (warm-up, sampling) move probabilities: (grow, prune, stay) ...
 MOVE_PROBS = ((0.5, 0.25, 0.25), (0.2, 0.2, 0.6))
 #: ... and (grow, prune, change, stay) where change moves apply (regression, conditional rules).
@@ -55,9 +56,10 @@ class RJHMC(MCMCMethod):
         leg; "paper": 500 NUTS warm-up steps and one draw per leg, as the reference code.
     h_init, h_final : float > 0 or None
         Split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
-        annealed from ``h_init`` down to ``h_final`` during warm-up.  None: ``h_final`` 0.001
-        (at most ``h_init``); ``h_init`` 0.001 for "df", 0.01 for "dfi" (at least ``h_final``),
-        as the cgm configs (docs/methods/rjhmc.md, "Defaults").
+        annealed from ``h_init`` down to ``h_final`` during warm-up.  None: regression 0.001
+        (``h_init`` 0.01 for "dfi"), as the cgm configs; classification 0.025, as before (no scored
+        cuts there to find sharp thresholds; docs/methods/rjhmc.md, "Defaults").  A given
+        ``h_init`` lowers the default ``h_final`` to it, a given ``h_final`` raises ``h_init``.
     leg_steps : int >= 1, default 4
         NUTS transitions per leg ("fast").
     move_probs : (3,) or (4,) tuple or None
@@ -102,16 +104,6 @@ class RJHMC(MCMCMethod):
         for name in ("move_probs", "warmup_move_probs"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        # None: the defaults, h_init raised to a given h_final and h_final lowered to a given h_init
-
-        def number(v):
-            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-        if self.h_final is None:
-            object.__setattr__(self, "h_final", min(H_FINAL, self.h_init) if number(self.h_init) else H_FINAL)
-        if self.h_init is None:
-            h = H_INIT[self.kind]
-            object.__setattr__(self, "h_init", max(h, self.h_final) if number(self.h_final) else h)
         try:
             # regression accepts every option classification does, and change moves too (a
             # classifier with them is refused when its kernel is built, before compiling)
@@ -129,14 +121,32 @@ class RJHMC(MCMCMethod):
         default move probabilities include them there."""
         return task == "regression" and self.split_proposal == "conditional"
 
+    def h(self, task: str) -> tuple:
+        """(h_init, h_final) for a task: ``H_DEFAULTS`` where None, ``h_init`` raised to a given
+        ``h_final`` and ``h_final`` lowered to a given ``h_init``."""
+        h_init, h_final = H_DEFAULTS[task][self.kind]
+
+        def number(v):
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+        if self.h_final is not None:
+            h_final = self.h_final
+        elif number(self.h_init):
+            h_final = min(h_final, self.h_init)
+        if self.h_init is not None:
+            h_init = self.h_init
+        elif number(h_final):
+            h_init = max(h_init, h_final)
+        return h_init, h_final
+
     def config(self, task: str, *, max_depth: int, num_warmup: int, alpha: float = 0.95, beta: float = 1.0,
                n_classes: int = 2, concentration: float = 1.0, mu_mean: float = 0.0) -> RJHMCConfig:
         """The kernel's static configuration for a task, prior and warm-up length."""
-        change = self.changes(task)
-        default_warmup, default_moves = (CHANGE_MOVE_PROBS if change else MOVE_PROBS)
+        default_warmup, default_moves = CHANGE_MOVE_PROBS if self.changes(task) else MOVE_PROBS
+        h_init, h_final = self.h(task)
         return RJHMCConfig(
-            task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=self.h_init,
-            h_final=self.h_final, schedule=self.schedule, num_warmup=int(num_warmup),
+            task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=h_init,
+            h_final=h_final, schedule=self.schedule, num_warmup=int(num_warmup),
             warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else default_warmup,
             move_probs=self.move_probs if self.move_probs is not None else default_moves,
             leg_steps=self.leg_steps, max_tree_depth=self.max_tree_depth, leaf_proposal=self.leaf_proposal,
