@@ -104,7 +104,8 @@ def report_classification(results: list[dict], command: str) -> str:
              "| data | method | defaults | h_init -> h_final | NUTS depth | chains x (warm-up + samples) | "
              "test accuracy | wall s |", "|---|---|---|---|---:|---|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['dataset']} | {r['method']} | {r['defaults']}{' ' + r['new'] if r.get('new') else ''} | {r['h_init']} -> {r['h_final']} | "
+        which = r["defaults"] + (f" {r['new']}" if r.get("new") else "")
+        lines.append(f"| {r['dataset']} | {r['method']} | {which} | {r['h_init']} -> {r['h_final']} | "
                      f"{r['max_tree_depth']} | {r['chains']} x ({r['warmup']} + {r['samples']}) | "
                      f"{r['test_accuracy']:.3f} | {r['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
