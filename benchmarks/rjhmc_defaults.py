@@ -121,7 +121,7 @@ def report(results: list[dict], command: str) -> str:
         f"- command: `{command}`",
         f"- machine: 2-core CPU VM, under load (other jobs ran; Python {first['python']}, jax {first['jax']}); "
         "wall times include compilation",
-        "- estimator: `bd.BayesianTreeRegressor(method=m, seed=0)` with its defaults (max_depth 6, alpha 0.95, "
+        "- estimator: `bd.BayesianTreeRegressor(method=m, seed=0)` (seed 0 unless the row says) with its defaults (max_depth 6, alpha 0.95, "
         "beta 1.0; 4 chains x (1000 + 1000)) unless the row's options say otherwise",
         f"- per-chain test MSE: the MSE of one chain's posterior mean prediction; target <= {TARGET} in every chain "
         "(paper .041)",
@@ -134,9 +134,10 @@ def report(results: list[dict], command: str) -> str:
     for r in results:
         c = r["config"]
         sig = "—" if r["sigma_per_chain"] is None else ", ".join(f"{s:.3f}" for s in r["sigma_per_chain"])
+        opts = (str(r["run_options"]) if r["run_options"] else "defaults") + ("" if r["seed"] == 0 else f", seed {r['seed']}")
         ll = "—" if r["loglik_per_chain"] is None else ", ".join(f"{v:.1f}" for v in r["loglik_per_chain"])
         lines.append(
-            f"| {r['method']} | {r['run_options'] or 'defaults'} | {c['h_init']} -> {c['h_final']} | {c['max_tree_depth']} | "
+            f"| {r['method']} | {opts} | {c['h_init']} -> {c['h_final']} | {c['max_tree_depth']} | "
             f"{tuple(c['warmup_move_probs'])}; {tuple(c['move_probs'])} | {r['chains']} x {r['draws']} | "
             f"{', '.join(f'{m:.4f}' for m in r['mse_per_chain'])} | {r['mse_pooled']:.4f} | {sig} | {ll} | "
             f"{'yes' if max(r['mse_per_chain']) <= TARGET else 'no'} | {r['wall_s']:.0f} | "
