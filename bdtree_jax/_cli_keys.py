@@ -38,19 +38,24 @@ KEY_HELP = {
     "data_shards": "split every chain's rows over this many devices",
     "run_until": "null, or {rhat, ess, max_iterations, max_seconds}: sample on in rounds until converged",
     "proposal": "cgm: cgm, regrow, cgm+regrow or cgm+perturb; smc, pg: prior or posterior",
-    "move_probs": "cgm, wu: grow, prune, change, swap; hmc: grow, prune, stay or grow, prune, change, stay (null: 0.2, 0.2, 0.6)",
+    "move_probs": (
+        "cgm, wu: grow, prune, change, swap; hmc: grow, prune, (change,) stay "
+        "(null: 0.2, 0.2, 0.2, 0.4 for regression, else 0.2, 0.2, 0.6)"),
     "box_constraints": "regions {feature: [low, high]} no rule may cut through",
     "initial_tree": "the edit prior's tree (a tree string, or cart: a fitted CART)",
     "mean_edits": "the edit prior's mean number of edits",
     "max_edits": "the edit prior's most edits",
     "schedule": "fast (one NUTS adaptation, leg_steps per leg) or paper",
-    "h_init": "split sharpness at the start of warm-up",
-    "h_final": "split sharpness after warm-up",
+    "h_init": "split sharpness at the start of warm-up (null: regression 0.001, hmc-dfi 0.01; classification 0.025)",
+    "h_final": "split sharpness after warm-up (null: regression 0.001, classification 0.025)",
     "leg_steps": "NUTS transitions per leg (schedule fast)",
-    "max_tree_depth": "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most)",
+    "max_tree_depth": (
+        "hmc: NUTS's largest trajectory doubling (2**max_tree_depth - 1 gradients at most; default 5)"),
     "leaf_proposal": "hmc regression: leaf means at a grow / prune, conditional (full conditional) or prior",
     "split_proposal": "hmc regression: a grown node's rule, conditional (scored cuts mixed with the prior) or prior",
-    "warmup_move_probs": "grow, prune, (change,) stay during warm-up (null: 0.5, 0.25, 0.25)",
+    "warmup_move_probs": (
+        "grow, prune, (change,) stay during warm-up "
+        "(null: 0.4, 0.2, 0.2, 0.2 for regression, else 0.5, 0.25, 0.25)"),
     "log_phi": "log phi of the PCFG prior",
     "num_buckets": "cut features into that many equal-width buckets (null: every distinct value)",
     "unbounded": "ignore max_depth: trees of any depth",

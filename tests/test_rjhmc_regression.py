@@ -110,3 +110,34 @@ def test_bad_leaf_options_raise_before_compiling():
         bd.RJHMC(move_probs=(0.2, 0.2, 0.2, 0.2, 0.2))
     with pytest.raises(ValueError, match="max_tree_depth"):
         bd.RJHMC(max_tree_depth=0)
+
+
+def test_defaults_are_the_cgm_configs_sampler_settings():
+    """Issue 40: regression at h 0.001 (DFI annealed from 0.01) with change moves, as the cgm
+    configs; classification at h 0.025 with (grow, prune, stay); NUTS depth 5 for both; a given
+    h_init or h_final pulls the other default along; bad h names the argument."""
+    import bdtree_jax as bd
+
+    df, dfi = bd.RJHMC(), bd.RJHMC(kind="dfi")
+    assert df.max_tree_depth == dfi.max_tree_depth == 5
+    for method, h in ((df, (0.001, 0.001)), (dfi, (0.01, 0.001))):
+        reg = method.config("regression", max_depth=3, num_warmup=10)
+        assert (reg.h_init, reg.h_final, reg.max_tree_depth) == (*h, 5)
+        assert (reg.warmup_move_probs, reg.move_probs) == ((0.4, 0.2, 0.2, 0.2), (0.2, 0.2, 0.2, 0.4))
+        clf = method.config("classification", max_depth=3, num_warmup=10)
+        assert (clf.h_init, clf.h_final, clf.max_tree_depth) == (0.025, 0.025, 5)
+        assert (clf.warmup_move_probs, clf.move_probs) == ((0.5, 0.25, 0.25), (0.2, 0.2, 0.6))
+    paper = bd.RJHMC(split_proposal="prior").config("regression", max_depth=3, num_warmup=10)
+    assert paper.move_probs == (0.2, 0.2, 0.6)  # no change moves without the scored cuts
+    assert bd.RJHMC(move_probs=(0.3, 0.3, 0.4)).config("regression", max_depth=3, num_warmup=10).move_probs == (
+        0.3, 0.3, 0.4)
+    assert bd.RJHMC(h_init=0.0005).h("regression") == (0.0005, 0.0005)
+    assert bd.RJHMC(h_init=0.05).h("regression") == (0.05, 0.001)
+    assert bd.RJHMC(h_final=0.02).h("regression") == (0.02, 0.02)
+    assert bd.RJHMC(kind="dfi", h_final=0.005).h("regression") == (0.01, 0.005)
+    assert bd.RJHMC(h_init=0.01).h("classification") == (0.01, 0.01)
+    assert bd.RJHMC(h_final=0.1).h("classification") == (0.1, 0.1)
+    with pytest.raises(ValueError, match="h_final must be a finite number"):
+        bd.RJHMC(h_final="sharp")
+    with pytest.raises(ValueError, match="h_final"):
+        bd.RJHMC(h_init=0.01, h_final=0.02)

@@ -142,7 +142,8 @@ class RJHMCConfig:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):
             v = getattr(self, name)
-            if not (np.isfinite(v) and v > 0):
+            if not (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                    and np.isfinite(v) and v > 0):
                 raise ValueError(f"{where}{name} must be a finite number > 0; got {v!r}.")
         if self.h_final > self.h_init:
             raise ValueError(

@@ -22,6 +22,16 @@ KINDS = ("df", "dfi")
 #: RJHMC regression warns when y's standard deviation lies outside this range (its priors are in y's units).
 Y_SD_RANGE = (1e-2, 1e2)
 
+#: Default split sharpness (None), ``{task: {kind: (h_init, h_final)}}``: regression the cgm configs'
+#: values (sharp splits, found by the scored cuts and change moves), classification the paper's 0.025
+#: (no scored cuts: at sharp h NUTS cannot move a threshold across a data point; docs/methods/rjhmc.md).
+H_DEFAULTS = {"regression": {"df": (0.001, 0.001), "dfi": (0.01, 0.001)},
+              "classification": {"df": (0.025, 0.025), "dfi": (0.025, 0.025)}}
+#: Default (warm-up, sampling) move probabilities: (grow, prune, stay) ...
+MOVE_PROBS = ((0.5, 0.25, 0.25), (0.2, 0.2, 0.6))
+#: ... and (grow, prune, change, stay) where change moves apply (regression, conditional rules).
+CHANGE_MOVE_PROBS = ((0.4, 0.2, 0.2, 0.2), (0.2, 0.2, 0.2, 0.4))
+
 
 @dataclass(frozen=True)
 class RJHMC(MCMCMethod):
@@ -44,21 +54,26 @@ class RJHMC(MCMCMethod):
     schedule : {"fast", "paper"}, default "fast"
         "fast": one global NUTS adaptation during warm-up, then ``leg_steps`` NUTS transitions per
         leg; "paper": 500 NUTS warm-up steps and one draw per leg, as the reference code.
-    h_init, h_final : float > 0, default 0.025
+    h_init, h_final : float > 0 or None
         Split sharpness (``P(right) = sigmoid((x - tau) / h)`` on min-max scaled inputs),
-        annealed from ``h_init`` down to ``h_final`` during warm-up.
+        annealed from ``h_init`` down to ``h_final`` during warm-up.  None: regression 0.001
+        (``h_init`` 0.01 for "dfi"), as the cgm configs; classification 0.025, as before (no scored
+        cuts there to find sharp thresholds; docs/methods/rjhmc.md, "Defaults").  A given
+        ``h_init`` lowers the default ``h_final`` to it, a given ``h_final`` raises ``h_init``.
     leg_steps : int >= 1, default 4
         NUTS transitions per leg ("fast").
     move_probs : (3,) or (4,) tuple or None
-        (grow, prune, stay) or (grow, prune, change, stay) after warm-up; None: (0.2, 0.2, 0.6).
-        A change (regression with ``split_proposal="conditional"``) redraws the rule of a node
-        whose children are leaves from the scored cuts; the cgm configs use (0.2, 0.2, 0.2, 0.4).
+        (grow, prune, stay) or (grow, prune, change, stay) after warm-up.  A change (regression
+        with ``split_proposal="conditional"``) redraws the rule of a node whose children are
+        leaves from the scored cuts.  None: (0.2, 0.2, 0.2, 0.4) where change moves apply,
+        else (0.2, 0.2, 0.6).
     warmup_move_probs : (3,) or (4,) tuple or None
-        The same during warm-up; None: (0.5, 0.25, 0.25).
-    max_tree_depth : int >= 1, default 10
+        The same during warm-up; None: (0.4, 0.2, 0.2, 0.2) where change moves apply, else
+        (0.5, 0.25, 0.25).
+    max_tree_depth : int >= 1, default 5
         NUTS's largest trajectory doubling (at most ``2**max_tree_depth - 1`` gradients per
-        transition).  At sharp ``h`` on gridded inputs trajectories hit it: the cgm configs use 5
-        (docs/methods/rjhmc.md).
+        transition).  At sharp ``h`` on gridded inputs trajectories hit 10 at ~20x the cost for
+        no gain (docs/methods/rjhmc.md).
     leaf_proposal : {"conditional", "prior"}, default "conditional"
         Regression: at a grow or prune the leaf means of the node and its children are drawn from
         their Gaussian full conditional under the proposed topology ("conditional"), or the
@@ -72,12 +87,12 @@ class RJHMC(MCMCMethod):
 
     kind: str = "df"
     schedule: str = "fast"
-    h_init: float = 0.025
-    h_final: float = 0.025
+    h_init: float | None = None
+    h_final: float | None = None
     leg_steps: int = 4
     move_probs: tuple | None = None
     warmup_move_probs: tuple | None = None
-    max_tree_depth: int = 10
+    max_tree_depth: int = 5
     leaf_proposal: str = "conditional"
     split_proposal: str = "conditional"
 
@@ -101,14 +116,39 @@ class RJHMC(MCMCMethod):
         """"hmc-df" or "hmc-dfi"."""
         return f"hmc-{self.kind}"
 
+    def changes(self, task: str) -> bool:
+        """Whether change moves apply (regression with ``split_proposal="conditional"``): the
+        default move probabilities include them there."""
+        return task == "regression" and self.split_proposal == "conditional"
+
+    def h(self, task: str) -> tuple:
+        """(h_init, h_final) for a task: ``H_DEFAULTS`` where None, ``h_init`` raised to a given
+        ``h_final`` and ``h_final`` lowered to a given ``h_init``."""
+        h_init, h_final = H_DEFAULTS[task][self.kind]
+
+        def number(v):
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+        if self.h_final is not None:
+            h_final = self.h_final
+        elif number(self.h_init):
+            h_final = min(h_final, self.h_init)
+        if self.h_init is not None:
+            h_init = self.h_init
+        elif number(h_final):
+            h_init = max(h_init, h_final)
+        return h_init, h_final
+
     def config(self, task: str, *, max_depth: int, num_warmup: int, alpha: float = 0.95, beta: float = 1.0,
                n_classes: int = 2, concentration: float = 1.0, mu_mean: float = 0.0) -> RJHMCConfig:
         """The kernel's static configuration for a task, prior and warm-up length."""
+        default_warmup, default_moves = CHANGE_MOVE_PROBS if self.changes(task) else MOVE_PROBS
+        h_init, h_final = self.h(task)
         return RJHMCConfig(
-            task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=self.h_init,
-            h_final=self.h_final, schedule=self.schedule, num_warmup=int(num_warmup),
-            warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else (0.5, 0.25, 0.25),
-            move_probs=self.move_probs if self.move_probs is not None else (0.2, 0.2, 0.6),
+            task=task, kind=self.kind, max_depth=max_depth, alpha=alpha, beta=beta, h_init=h_init,
+            h_final=h_final, schedule=self.schedule, num_warmup=int(num_warmup),
+            warmup_move_probs=self.warmup_move_probs if self.warmup_move_probs is not None else default_warmup,
+            move_probs=self.move_probs if self.move_probs is not None else default_moves,
             leg_steps=self.leg_steps, max_tree_depth=self.max_tree_depth, leaf_proposal=self.leaf_proposal,
             split_proposal=self.split_proposal,
             n_classes=n_classes, concentration=concentration, mu_mean=mu_mean,
