@@ -176,14 +176,8 @@ def main(argv=None):
                 results.append(classify_one(dataset, kind, defaults, a.seed, a.chains or 2, a.warmup or 100,
                                             a.samples or 100, json.loads(a.new)))
                 print(json.dumps(results[-1]), flush=True)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(results, f, indent=1)
-        text = report_classification(results, command)
-        print(text)
-        if a.md:
-            with open(a.md, "a") as f:
-                f.write(text)
+        _save(results, a.json)
+        _show(report_classification(results, command), a.md, "a")
         return
     if a.report:
         results = [r for f in a.report for r in json.load(open(f))]
@@ -194,13 +188,22 @@ def main(argv=None):
             prior = None if a.prior is None else dict(alpha=a.prior[0], beta=a.prior[1], max_depth=int(a.prior[2]))
             results.append(fit_one(m, a.seed, a.chains, a.warmup, a.samples, a.progress, prior))
             print(json.dumps(results[-1]), flush=True)
-            if a.json:
-                with open(a.json, "w") as f:
-                    json.dump(results, f, indent=1)
-    text = report(results, command)
+            _save(results, a.json)
+    _show(report(results, command), a.md, "w")
+
+
+def _save(results: list, path: str | None) -> None:
+    """The fits so far as JSON (rewritten after each fit, so a long run keeps what it measured)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def _show(text: str, md: str | None, mode: str) -> None:
+    """Print the report and write it to ``md`` (``mode`` "w" or "a")."""
     print(text)
-    if a.md:
-        with open(a.md, "w") as f:
+    if md:
+        with open(md, mode) as f:
             f.write(text)
 
 
