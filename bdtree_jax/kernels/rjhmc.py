@@ -142,8 +142,7 @@ class RJHMCConfig:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-                    and np.isfinite(v) and v > 0):
+            if not (is_number(v) and np.isfinite(v) and v > 0):
                 raise ValueError(f"{where}{name} must be a finite number > 0; got {v!r}.")
         if self.h_final > self.h_init:
             raise ValueError(
@@ -249,6 +248,11 @@ class _StepKeys(NamedTuple):
     change: Any
     rule: Any
     leaf: Any
+
+
+def is_number(v) -> bool:
+    """Whether ``v`` is a real Python or NumPy number (not a bool)."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 def _step_keys(key) -> _StepKeys:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..kernels import tempering as tempering_kernel
-from ..kernels.rjhmc import RJHMCConfig, rjhmc
+from ..kernels.rjhmc import RJHMCConfig, is_number, rjhmc
 from ..soft import minmax_scaler
 from .base import Kernel, MCMCMethod
 
@@ -125,17 +125,13 @@ class RJHMC(MCMCMethod):
         """(h_init, h_final) for a task: ``H_DEFAULTS`` where None, ``h_init`` raised to a given
         ``h_final`` and ``h_final`` lowered to a given ``h_init``."""
         h_init, h_final = H_DEFAULTS[task][self.kind]
-
-        def number(v):
-            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
         if self.h_final is not None:
             h_final = self.h_final
-        elif number(self.h_init):
+        elif is_number(self.h_init):
             h_final = min(h_final, self.h_init)
         if self.h_init is not None:
             h_init = self.h_init
-        elif number(h_final):
+        elif is_number(h_final):
             h_init = max(h_init, h_final)
         return h_init, h_final
 
