@@ -215,8 +215,10 @@ def test_regressor_end_to_end():
     reg.fit(X[:200], y[:200])
     pred = reg.predict(X[200:])
     assert np.mean((pred - f[200:]) ** 2) < 0.02
+    # Target: the noise's own sd in these 200 rows (0.325), not the generating 0.3; the soft
+    # boundary (h_final 0.01) adds a little misfit near x0 = 0.5, so sigma sits slightly above it.
     sigma = reg.posterior_.draws["sigma"]
-    assert abs(np.mean(sigma) - 0.3) < 0.05
+    assert abs(np.mean(sigma) - np.std(y[:200] - f[:200])) < 0.05
     lo, hi = reg.predict_interval(X[200:], prob=0.9, predictive=True)
     assert 0.8 <= np.mean((y[200:] >= lo) & (y[200:] <= hi)) <= 0.98
 
