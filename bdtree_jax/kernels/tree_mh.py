@@ -29,9 +29,9 @@ tree ``m`` with leaf values ``mu`` and rows' leaves ``leaf``, the other trees' s
    ``L / w``, without which a chain whose values lie in the approximation's light Gaussian tail
    (a fresh start at ``f = 0`` against strong data) is never accepted away from them.  ``q``
    depends on ``T`` and ``f0`` only, so it is the same function in both directions of a move.
-2. **Structure and leaves together.**  A grow or prune ``T -> T'`` (CGM98's proposal with moves
-   (1/2, 1/2), :func:`~bdtree_jax.kernels.cgm.propose`), new values ``mu' ~ q(. | T', f0)`` on
-   every leaf of ``T'``, accepted with::
+2. **Structure and leaves together.**  A grow, prune, change or swap ``T -> T'`` (CGM98's
+   proposal with ``move_probs``, :func:`propose_structure`; a change or swap re-routes the tree's
+   rows whole), new values ``mu' ~ q(. | T', f0)`` on every leaf of ``T'``, accepted with::
 
        log a = log L(f0 + mu'[leaf']) - log L(f0 + mu[leaf]) + log p(T') - log p(T)
                + sum_j log N(mu'_j; 0, tau2) - sum_j log N(mu_j; 0, tau2)
@@ -48,7 +48,8 @@ exact enumeration by quadrature and by Geweke's test).  Leaf values off the leav
 is carried (``f0`` plus the tree's new values); :func:`fit_from_trees` recomputes it exactly.
 
 Cost per tree: one forward-over-reverse pass for ``g, h``, two evaluations of ``log_lik_fn`` (the
-two proposals) and ``2 (K - 1)`` more passes for ``K`` Newton steps, plus O(n) gathers and sums.
+two proposals) and ``2 (K - 1)`` more passes for ``K`` Newton steps, plus O(n) gathers and sums
+(a change or swap: one more pass routing the rows through the proposed tree).
 The trees are :class:`~bdtree_jax.kernels._moves.CGMState` with a leading axis M, as BART keeps
 them (:class:`~bdtree_jax.kernels.bart.BARTState`; ``stats[..., 0]`` the nodes' row counts and
 ``log_prior`` kept up to date, the other ``stats`` columns and ``log_lik`` untouched), on numeric
@@ -59,7 +60,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,13 +68,16 @@ import jax.numpy as jnp
 from .._types import Array, PRNGKey
 from ..data import TreeData
 from ..priors import PinballTables
-from ..tree import MAX_DEPTH, leaf_nodes, n_nodes
+from ..tree import MAX_DEPTH, Tree, leaf_nodes, n_nodes
 from . import cgm
-from ._moves import CGMState, mh_log_ratio
+from ._moves import CGMState, mh_log_ratio, moved_tree, score, targets
+from .cgm import _choose, _log_q_ratio, _propose_local, _rule_probs
 
-__all__ = ["TreeMHConfig", "init", "sweep", "fit_from_trees", "accept_structure", "log_lik_change"]
+__all__ = ["TreeMHConfig", "StructureProposal", "init", "sweep", "fit_from_trees", "propose_structure",
+           "accept_structure", "log_lik_change"]
 
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
+CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
 _LOG_2PI = 1.8378770664093453
 
 
@@ -93,12 +97,16 @@ class TreeMHConfig:
     newton_steps : int >= 1, Newton steps of the leaves' Laplace approximation (module docstring).
     prior_weight : float in [0, 1), the weight of the leaves' prior in their proposal (a
         defensive mixture, module docstring); 0: the Laplace approximation alone.
+    move_probs : (grow, prune, change, swap) probabilities of the structure proposal, CGM98's
+        moves (:class:`~bdtree_jax.kernels.cgm.CGMConfig`); default CGM's (0.25, 0.25, 0.40,
+        0.10).  ``GROW_PRUNE_MOVES`` (1/2, 1/2, 0, 0), BART's, never re-routes a whole tree.
     """
 
     max_depth: int = 5
     min_leaf_size: int = 1
     newton_steps: int = 1
     prior_weight: float = 0.1
+    move_probs: tuple = CGM_MOVES
 
     def __post_init__(self):
         if not _is_int(self.max_depth) or not 1 <= self.max_depth <= MAX_DEPTH:
@@ -111,11 +119,12 @@ class TreeMHConfig:
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
             raise ValueError(f"prior_weight must be a number in [0, 1); got {w!r}.")
         object.__setattr__(self, "prior_weight", float(w))
+        object.__setattr__(self, "move_probs", self.cgm.move_probs)  # checked and made floats there
 
     @property
     def cgm(self) -> cgm.CGMConfig:
-        """The structure proposal: CGM98's grow and prune, each with probability 1/2."""
-        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, GROW_PRUNE_MOVES)
+        """The structure proposal: CGM98's moves with ``move_probs``."""
+        return cgm.CGMConfig(self.max_depth, self.min_leaf_size, tuple(self.move_probs))
 
 
 def init(tree_data: TreeData, config: TreeMHConfig, n_trees: int) -> tuple[CGMState, Array, Array]:
@@ -278,10 +287,9 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
         g, h = curvature(f0)
 
         # 2. structure and leaves
-        prop = cgm.propose(u[:5], state, tree_data, cgm_config)
-        new_tree, new_id, new_lo, new_hi = cgm.apply_local(state, prop, jnp.bool_(True))
-        new_leaf = new_id.astype(jnp.int32)
-        is_leaf, new_is_leaf = leaf_nodes(state.tree), leaf_nodes(new_tree)
+        prop = propose_structure(u[:4], state, tree_data, cgm_config)
+        new_leaf = prop.leaf_id.astype(jnp.int32)
+        is_leaf, new_is_leaf = leaf_nodes(state.tree), leaf_nodes(prop.tree)
         mean, precision = laplace(g, h, f0, leaf, is_leaf)
         new_mean, new_precision = laplace(g, h, f0, new_leaf, new_is_leaf)
         new_values = propose_values(new_mean, new_precision, new_is_leaf, z[0], u[6])
@@ -306,7 +314,7 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
         values = jnp.where(take, draw, values).astype(jnp.float32)
         log_lik = jnp.where(take, draw_log_lik, log_lik)
 
-        state = accept_structure(state, prop, accepted, new_tree, new_id, new_lo, new_hi)
+        state = accept_structure(state, prop, accepted)
         return (f0 + values[leaf], log_lik), (state, values, accepted)
 
     log_lik = log_lik_of(fit)
@@ -315,23 +323,76 @@ def sweep(key: PRNGKey, trees: CGMState, leaf_values: Array, fit: Array, log_lik
     return trees, leaf_values, fit, accepted, total(log_lik)
 
 
-def accept_structure(state: CGMState, prop: cgm.LocalProposal, accepted, new_tree, new_id, new_lo, new_hi):
-    """One tree's state after its structure step: the proposed tree, rows' leaves and bounds if
-    ``accepted`` (the log-prior moved by the proposal's change, the row counts of a grow's
-    children written, a prune's cleared), else the current state."""
+class StructureProposal(NamedTuple):
+    """One tree's proposed structure (a CGM98 move, :func:`propose_structure`), apart from its
+    likelihood and leaf values.
+
+    Attributes
+    ----------
+    tree : Tree of (N,) arrays, the tree after the move.
+    leaf_id : (n,) the rows' leaves in it (the state's dtype).
+    lo, hi : (N, F) int32 the nodes' valid-cut bounds in it.
+    rows : (N,) the nodes' row counts in it (the state's ``stats[:, 0]``).
+    d_log_prior : () ``log p(T*) - log p(T)`` (``-inf`` for a tree outside the prior's support).
+    log_q_ratio : () ``log q(T | T*) - log q(T* | T)`` (move choice, target node, rule).
+    possible : () bool the tree has a move at all (else nothing is proposed).
+    """
+
+    tree: Tree
+    leaf_id: Array
+    lo: Array
+    hi: Array
+    rows: Array
+    d_log_prior: Array
+    log_q_ratio: Array
+    possible: Array
+
+
+def propose_structure(uniforms: Array, state: CGMState, tree_data: TreeData, config: cgm.CGMConfig) -> StructureProposal:
+    """A CGM98 proposal on one tree (the move by ``config.move_probs`` renormalised over the moves
+    with targets, its node uniform over their targets, a grow's or change's rule from the prior's
+    rule distribution; :mod:`bdtree_jax.kernels.cgm`) from ``uniforms`` (4,) (move, node,
+    feature, cut).  A grow or prune touches its node and its children only
+    (:class:`~bdtree_jax.kernels.cgm.LocalProposal`); a change or swap re-partitions the subtree
+    below its node, so the proposed tree is re-routed and re-scored whole (one pass over the
+    rows; ``lax.cond``: a grow/prune step does not pay for it unless the chains are ``vmap``-ped).
+    Reads ``state.tree``, ``leaf_id``, ``lo``, ``hi``, ``stats[:, 0]`` and ``log_prior``."""
+    move, node, rule, counts, log_p, any_move = _choose(uniforms, state, tree_data, config)
+
+    def local():
+        prop = _propose_local(state, move, node, rule.feature, rule.cut, counts, log_p, any_move, tree_data, config)
+        tree, leaf_id, lo, hi = cgm.apply_local(state, prop, jnp.bool_(True))
+        N = state.stats.shape[0]
+        if prop.kid_rows is None:  # valid_cuts="data": count the grown node's left rows here
+            n_left = jnp.sum(prop.in_node & prop.goes_left, dtype=jnp.int32).astype(state.stats.dtype)
+            kids = jnp.stack([n_left, state.stats[prop.node, 0] - n_left])
+        else:
+            kids = prop.kid_rows.astype(state.stats.dtype)
+        start = (jnp.minimum(2 * prop.node + 1, N - 2), 0)
+        rows = jax.lax.dynamic_update_slice(state.stats[:, :1], jnp.where(prop.splits, kids, 0.0)[:, None], start)
+        return StructureProposal(tree, leaf_id, lo, hi, rows[:, 0], prop.d_log_prior, prop.log_q_ratio, prop.possible)
+
+    if config.move_probs[2] == 0 and config.move_probs[3] == 0:
+        return local()
+
+    def whole():
+        proposed = score(moved_tree(state.tree, move, node, rule), tree_data, config, state.beta)
+        counts_new = targets(proposed, tree_data).sum(1)
+        rule_new, rule_old = _rule_probs(state, node, rule, tree_data)
+        log_q = _log_q_ratio(move, counts, log_p, counts_new, rule_new, rule_old, config)
+        return StructureProposal(
+            proposed.tree, proposed.leaf_id.astype(state.leaf_id.dtype), proposed.lo.astype(state.lo.dtype),
+            proposed.hi.astype(state.hi.dtype), proposed.stats[:, 0].astype(state.stats.dtype),
+            (proposed.log_prior - state.log_prior).astype(jnp.float32), log_q.astype(jnp.float32), any_move)
+
+    return jax.lax.cond(move <= 1, local, whole)
+
+
+def accept_structure(state: CGMState, prop: StructureProposal, accepted) -> CGMState:
+    """One tree's state after its structure step: the proposed tree, rows' leaves, bounds and row
+    counts if ``accepted`` (the log-prior moved by the proposal's change), else the current state."""
     pick = lambda a, b: jnp.where(accepted, a, b)  # noqa: E731
-    tree = jax.tree.map(pick, new_tree, state.tree)
-    N = state.stats.shape[0]
-    left_child = 2 * prop.node + 1
-    if prop.kid_rows is None:  # valid_cuts="data": count the grown node's left rows here
-        n_left = jnp.sum(prop.in_node & prop.goes_left, dtype=jnp.int32).astype(state.stats.dtype)
-        kids = jnp.stack([n_left, state.stats[prop.node, 0] - n_left])
-    else:
-        kids = prop.kid_rows.astype(state.stats.dtype)
-    kid_rows = jnp.where(prop.splits, kids, 0.0)
-    start = (jnp.minimum(left_child, N - 2), 0)
-    rows = jax.lax.dynamic_update_slice(state.stats[:, :1], kid_rows[:, None], start)
-    stats = state.stats.at[:, 0].set(pick(rows[:, 0], state.stats[:, 0]))
-    log_prior = state.log_prior + jnp.where(accepted, prop.d_log_prior, 0.0)
-    return state._replace(tree=tree, leaf_id=pick(new_id, state.leaf_id), stats=stats, lo=pick(new_lo, state.lo),
-                          hi=pick(new_hi, state.hi), log_prior=log_prior)
+    return state._replace(
+        tree=jax.tree.map(pick, prop.tree, state.tree), leaf_id=pick(prop.leaf_id, state.leaf_id),
+        stats=state.stats.at[:, 0].set(pick(prop.rows, state.stats[:, 0])), lo=pick(prop.lo, state.lo),
+        hi=pick(prop.hi, state.hi), log_prior=state.log_prior + jnp.where(accepted, prop.d_log_prior, 0.0))

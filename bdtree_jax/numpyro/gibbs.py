@@ -510,9 +510,13 @@ def _finite_derivatives(fn, step: float = _FD_STEP):
 
 def _mh_config(spec: TreeSiteSpec) -> tree_mh.TreeMHConfig:
     # one tree (cart): two Newton steps raised the structure acceptance from 0.35 to 0.48 in the
-    # enumeration tests of tests/test_tree_mh.py; an ensemble's trees each explain little, one suffices
+    # enumeration tests of tests/test_tree_mh.py, and CGM98's change and swap moves let it move
+    # between good trees without pruning back through a stump; an ensemble's trees each explain
+    # little: one Newton step and BART's grow/prune (no whole-tree re-score per tree)
+    one = spec.kind == "cart"
     return tree_mh.TreeMHConfig(max_depth=spec.config.max_depth, min_leaf_size=spec.config.min_leaf_size,
-                                newton_steps=2 if spec.kind == "cart" else 1)
+                                newton_steps=2 if one else 1,
+                                move_probs=tree_mh.CGM_MOVES if one else tree_mh.GROW_PRUNE_MOVES)
 
 
 def _structure_step(key, state: bart_kernel.BARTState, spec: TreeSiteSpec, values, log_density_fn):
@@ -522,14 +526,13 @@ def _structure_step(key, state: bart_kernel.BARTState, spec: TreeSiteSpec, value
     tree_data = spec.problem.data.tree_data
     one = jax.tree.map(lambda a: a[0], state.trees)
     u = jax.random.uniform(key, (5,))
-    prop = cgm.propose(u[:4], one, tree_data, config)
-    tree, leaf_id, lo, hi = cgm.apply_local(one, prop, jnp.bool_(True))
-    new_value = encode_trees(tree, jnp.zeros(tree.is_split.shape, jnp.float32), spec.thresholds, False)
+    prop = tree_mh.propose_structure(u[:4], one, tree_data, config)
+    new_value = encode_trees(prop.tree, jnp.zeros(prop.tree.is_split.shape, jnp.float32), spec.thresholds, False)
     # the terms' differences summed (tree_mh.log_lik_change), not two float32 totals differenced
     d_log_density = tree_mh.log_lik_change(log_density_fn({**values, spec.trees_site: new_value}),
                                            log_density_fn(values))
     accept = prop.possible & (jnp.log(u[4]) < mh_log_ratio(d_log_density, prop.d_log_prior, prop.log_q_ratio))
-    one = tree_mh.accept_structure(one, prop, accept, tree, leaf_id.astype(one.leaf_id.dtype), lo, hi)
+    one = tree_mh.accept_structure(one, prop, accept)
     trees = jax.tree.map(lambda a: a[None], one)
     return state._replace(trees=trees, leaf_values=jnp.zeros_like(state.leaf_values),
                           can_split=bart_kernel._can_split(trees, spec.problem.data)), accept[None]
