@@ -312,6 +312,7 @@ def _leaf_draws_look_standard(node, left, right):
     return bool(ok)
 
 
+@pytest.mark.slow  # with its planted twin; the default job keeps test_step_keys_are_one_split_and_keep_the_first_six
 def test_leaf_proposal_draws_are_standard_normal_and_independent_of_the_node():
     # The grown node's children's leaf means are the leaf proposal's normal draws: before the fix
     # they came from fold_in(k_prop, 1), the key the node choice had used (split(k_prop)[1]), and
