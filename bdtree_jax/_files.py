@@ -87,6 +87,7 @@ TYPES = {
     "SoftTreePosterior": "bdtree_jax.posterior.soft:SoftTreePosterior",
     "BARTPosterior": "bdtree_jax.posterior.bart:BARTPosterior",
     "BARTClassifierPosterior": "bdtree_jax.posterior.bart:BARTClassifierPosterior",
+    "BARTSurvivalPosterior": "bdtree_jax.posterior.bart_survival:BARTSurvivalPosterior",
     # sampler states and results in checkpoints (typed PRNG keys travel as HostKey)
     "HostKey": "bdtree_jax._checkpoint:HostKey",
     "CGMState": "bdtree_jax.kernels._moves:CGMState",

@@ -100,6 +100,18 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
     def _sampler_name(self) -> str:
         return "bart"
 
+    def _algorithm(self, config: BARTConfig):
+        """The run's sampler: BART's sweep (survival BART wraps it)."""
+        return bart(config)
+
+    def _run_data(self, problem: BARTProblem):
+        """What the sampler reads (``problem.data``; survival BART adds the censoring)."""
+        return problem.data
+
+    def _posterior(self, posterior):
+        """The run's posterior as the estimator keeps it (survival BART's subclass)."""
+        return posterior
+
     def _run(self, problem: BARTProblem, fingerprint: tuple):
         """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
         the run's checkpoint together with the kernel's configuration."""
@@ -121,7 +133,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                    where=f"{type(self).__name__}: ")
         t0 = time.perf_counter()
         traces, _ = run_chains(
-            bart(config), problem.data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            self._algorithm(config), self._run_data(problem), key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
             num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
             fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
@@ -132,8 +144,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                     seconds_per_sweep=seconds / num_iterations)
         if thin != 1 or plan.data_shards != 1:
             info.update(thin=thin, data_shards=plan.data_shards)
-        self.posterior_ = check_convergence(bart_posterior_from_traces(traces, problem, config, num_warmup, info),
-                                            stacklevel=3)
+        posterior = self._posterior(bart_posterior_from_traces(traces, problem, config, num_warmup, info))
+        self.posterior_ = check_convergence(posterior, stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
 
