@@ -195,5 +195,8 @@ def test_concordance_index_by_hand():
     # comparable pairs (i fails before j's time): (0,1) (0,2) (0,3) (1,2) (1,3); risk ties count 1/2
     risk = np.array([4.0, 3.0, 3.0, 1.0])
     assert concordance_index(time, event, risk) == pytest.approx((1 + 1 + 1 + 0.5 + 1) / 5)
+    # a censored row tied in time with an event was still at risk: (0, 1) is comparable here
+    assert concordance_index(np.array([1.0, 1.0, 2.0]), np.array([True, False, True]),
+                             np.array([2.0, 1.0, 0.0])) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="comparable"):
         concordance_index(time, np.zeros(4, bool), risk)

@@ -66,9 +66,10 @@ class BARTSurvivalPosterior(BARTPosterior):
 
 def concordance_index(time, event, risk) -> float:
     """Harrell's concordance index of ``risk`` (n,) (higher: earlier failure) for right-censored
-    ``time`` (n,) and ``event`` (n,) bool: among the comparable pairs (``time_i < time_j`` with
-    ``event_i``), the share where ``risk_i > risk_j``, ties in risk counting 1/2.  O(n^2) memory in
-    blocks of rows."""
+    ``time`` (n,) and ``event`` (n,) bool: among the comparable pairs (row ``i`` an event and
+    ``time_i < time_j``, or ``time_i == time_j`` with ``j`` censored: ``j`` was still at risk), the
+    share where ``risk_i > risk_j``, ties in risk counting 1/2 (as
+    ``sksurv.metrics.concordance_index_censored``).  Memory O(n) per block of 1,024 rows."""
     time, risk = np.asarray(time, np.float64), np.asarray(risk, np.float64)
     event = np.asarray(event, bool)
     if not (time.shape == event.shape == risk.shape) or time.ndim != 1:
@@ -76,7 +77,7 @@ def concordance_index(time, event, risk) -> float:
     concordant, comparable = 0.0, 0
     for start in range(0, len(time), 1024):
         i = slice(start, start + 1024)
-        pair = event[i, None] & (time[i, None] < time[None, :])
+        pair = event[i, None] & ((time[i, None] < time[None, :]) | ((time[i, None] == time[None, :]) & ~event[None, :]))
         d = risk[i, None] - risk[None, :]
         concordant += float(np.sum(pair & (d > 0)) + 0.5 * np.sum(pair & (d == 0)))
         comparable += int(pair.sum())
