@@ -374,7 +374,7 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
     neither), so none are kept between sweeps."""
     N = n_nodes(config.max_depth)
     needs_stats = config.tree_sampler != "pg"
-    needs_log_lik = config.tree_sampler == "cgm" or (config.general_rules and needs_stats)
+    needs_log_lik = needs_stats  # CGM's whole-tree steps re-score from it (log-linear BART's grow-prune too)
     trees = state.trees
     stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
     rows = rows or (lambda partial: _residual_data(data, target - partial, sigma2))
