@@ -64,7 +64,7 @@ class BARTPoissonPosterior(BARTPosterior):
         lo, hi = np.empty(n), np.empty(n)
         for s, t in row_blocks(n, streaming.rows_per_chunk(n, D, 4 * 8)):
             counts = rng.poisson(e[s:t] * np.exp(self._draws_at(bins, start=s, stop=t)))
-            lo[s:t], hi[s:t] = np.quantile(counts, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+            lo[s:t], hi[s:t] = np.quantile(counts, [(1 - prob) / 2, (1 + prob) / 2], axis=0, method="inverted_cdf")
         return lo, hi
 
     def pointwise_log_likelihood(self) -> np.ndarray:
