@@ -162,3 +162,15 @@ def test_predict_bad_exposure(fitted):
     for bad in (np.zeros(len(X)), np.ones(3)):
         with pytest.raises(ValueError, match="exposure"):
             fitted.predict(X, exposure=bad)
+
+
+def test_save_load_and_score(fitted, tmp_path):
+    """The posterior round-trips through the file format; ``score`` is R^2 with the exposure."""
+    X, y, e, _ = _data()
+    path = tmp_path / "counts.bdt"
+    fitted.posterior_.save(path)
+    loaded = bd.load(path)
+    assert isinstance(loaded, bd.BARTPoissonPosterior)
+    np.testing.assert_array_equal(loaded.predict(X, exposure=e), fitted.predict(X, exposure=e))
+    np.testing.assert_array_equal(loaded.exposure_train, e)
+    assert fitted.score(X, y, exposure=e) > fitted.score(X, y) and fitted.score(X, y, exposure=e) > 0.5

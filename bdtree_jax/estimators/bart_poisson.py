@@ -105,6 +105,13 @@ class BARTPoissonRegressor(RegressorMixin, _BARTEstimator):
         return self.posterior_.predict_interval(X, prob=prob, exposure=exposure, predictive=predictive,
                                                 seed=int(self.seed))
 
+    def score(self, X, y, sample_weight=None, exposure=None) -> float:
+        """R^2 of the counts ``y`` against :meth:`predict` ``(X, exposure)`` (scikit-learn's regressor
+        score; a search that does not route ``exposure`` to it scores with exposure 1)."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(y, self.predict(X, exposure), sample_weight=sample_weight))
+
     def predict_draws(self, X, exposure=None) -> np.ndarray:
         """(num_chains * num_samples, n) the expected count per posterior draw."""
         X = self._check_predict_X(X)
