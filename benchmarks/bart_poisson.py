@@ -1,15 +1,17 @@
 """Log-linear BART for counts (``bd.BARTPoissonRegressor``, issue #41 item 2): sweep time against
 plain ``bd.BARTRegressor`` and a fit on a public count response.
 
-Sections (``--sections``, default both):
+Sections (``--sections``, default all three):
 
 1. **speed**: one backfitting sweep of ``--trees`` (200) trees at ``--n`` (10,000) rows, 10
    features, one chain, timed at the kernel (``step`` jitted, compiled first, then ``--sweeps``
    sweeps timed with ``block_until_ready``; the median of ``--repeats`` timings) for
    ``BARTRegressor`` with ``tree_sampler`` "grow-prune" (its vectorized two-pass sweep) and "cgm"
    (the single-tree kernel sweep that log-linear BART shares), and for log-linear BART with
-   "grow-prune" and "cgm" (both through the single-tree kernel sweep).  Trees start from 50
-   warm-up sweeps so they are not stumps.
+   "grow-prune" and "cgm" (both through the single-tree kernel sweep); the single-tree kernel with
+   ``incremental`` False (what vectorized chains run: whole-tree re-scoring) and True (what a
+   sequential chain runs: local re-scoring).  Trees start from 50 warm-up sweeps so they are not
+   stumps.
 2. **haberman**: the public Haberman survival data (``../shared/data/haberman.csv``, UCI, CC BY
    4.0): the count of positive axillary lymph nodes (0-52) from the patient's age, year of
    operation and 5-year survival status; a random 2/3 training, 1/3 test split (``--seed``):
@@ -18,13 +20,15 @@ Sections (``--sections``, default both):
    ``HistGradientBoostingRegressor(loss="poisson")``.  The node counts are strongly overdispersed
    (variance/mean ~ 7), which a Poisson model of the mean does not describe; the deviance compares
    the means only.
+3. **simulated**: Friedman #1 on the log scale with exposures (:func:`simulated`), 2,000 training
+   and 2,000 test rows: the same table, with the true means as a row.
 
 The machine running this is named in the output (CPU count, JAX backend, 1-minute load average):
 timings on a shared machine are "under load" numbers.
 
 Usage::
 
-    python benchmarks/bart_poisson.py                   # both sections
+    python benchmarks/bart_poisson.py                   # all three sections
     python benchmarks/bart_poisson.py --sections speed --n 10000 --trees 200
 
 Writes ``benchmarks/results/bart_poisson.{json,md}`` and prints the markdown.
@@ -80,15 +84,18 @@ def speed(n: int, trees: int, sweeps: int, repeats: int) -> list[dict]:
     y_normal = f + rng.normal(size=n)
     y_counts = rng.poisson(np.exp(f / 10.0))
     rows = []
-    for model in ("normal", "poisson"):
-        for sampler in ("grow-prune", "cgm"):
+    cases = [("normal", "grow-prune", False), ("normal", "cgm", False), ("normal", "cgm", True),
+             ("poisson", "grow-prune", False), ("poisson", "grow-prune", True), ("poisson", "cgm", False),
+             ("poisson", "cgm", True)]
+    for model, sampler, incremental in cases:
+        if True:
             if model == "normal":
                 p = build_bart_problem(X, y_normal, n_trees=trees)
-                config = bart.BARTConfig(trees, tree_sampler=sampler, incremental=False)
+                config = bart.BARTConfig(trees, tree_sampler=sampler, incremental=incremental)
                 mod = bart
             else:
                 p = build_bart_poisson_problem(X, y_counts, n_trees=trees)
-                config = bart_poisson.poisson_config(trees, tree_sampler=sampler, incremental=False)
+                config = bart_poisson.poisson_config(trees, tree_sampler=sampler, incremental=incremental)
                 mod = bart_poisson
             step = lambda k, s, d, m=mod, c=config: m.step(k, s, d, c)  # noqa: E731
             state = mod.init(None, p.data, config)
@@ -96,7 +103,8 @@ def speed(n: int, trees: int, sweeps: int, repeats: int) -> list[dict]:
                                                                   jax.random.split(jax.random.key(0), 50))[0])
             state = jax.block_until_ready(warm(state, p.data))
             sec = _time_sweeps(lambda k, s, d, step=step: step(k, s, d), state, p.data, sweeps, repeats)
-            rows.append(dict(model=model, tree_sampler=sampler, n=n, trees=trees, seconds_per_sweep=sec))
+            rows.append(dict(model=model, tree_sampler=sampler, incremental=incremental, n=n, trees=trees,
+                             seconds_per_sweep=sec))
             print(rows[-1], flush=True)
     base = next(r["seconds_per_sweep"] for r in rows if r["model"] == "normal" and r["tree_sampler"] == "grow-prune")
     for r in rows:
@@ -113,15 +121,43 @@ def _deviance(y, mu):
 
 def haberman(seed: int, warmup: int, samples: int) -> list[dict]:
     import pandas as pd
-    from scipy.stats import poisson
-    from sklearn.ensemble import HistGradientBoostingRegressor
-    from sklearn.linear_model import PoissonRegressor
     from sklearn.model_selection import train_test_split
 
     df = pd.read_csv(ROOT.parent.parent / "shared" / "data" / "haberman.csv")
     y = df["positive_axillary_nodes"].to_numpy()
     X = df[["age", "year_of_operation", "target"]].to_numpy(float)
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=1 / 3, random_state=seed)
+    return _compare(X_tr, y_tr, X_te, y_te, seed, warmup, samples)
+
+
+def simulated(seed: int, warmup: int, samples: int, n: int = 2000) -> list[dict]:
+    """Friedman #1 on the log scale: ``y ~ Poisson(exposure exp(f(x) / 10 - 1))``, ``x ~ U[0, 1]**10``
+    (five inert features), exposure ``U[0.5, 2]``; ``n`` training and ``n`` test rows; the test
+    rows' true means are reported as a model ("truth")."""
+    rng = np.random.default_rng(seed)
+
+    def rows(m):
+        X = rng.uniform(size=(m, 10))
+        f = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4]
+        e = rng.uniform(0.5, 2.0, m)
+        mu = e * np.exp(f / 10.0 - 1.0)
+        return X, rng.poisson(mu), e, mu
+
+    X_tr, y_tr, e_tr, _ = rows(n)
+    X_te, y_te, e_te, mu_te = rows(n)
+    return _compare(X_tr, y_tr, X_te, y_te, seed, warmup, samples, e_tr, e_te, mu_te)
+
+
+def _compare(X_tr, y_tr, X_te, y_te, seed, warmup, samples, e_tr=None, e_te=None, truth=None) -> list[dict]:
+    """Test mean Poisson deviance and log-likelihood of a constant rate, a Poisson GLM, gradient
+    boosting with Poisson loss and BARTPoissonRegressor (exposures as sample weights with the
+    rate ``y / exposure`` as target for scikit-learn, scikit-learn's way of fitting an exposure)."""
+    from scipy.stats import poisson
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.linear_model import PoissonRegressor
+
+    e_tr = np.ones(len(y_tr)) if e_tr is None else e_tr
+    e_te = np.ones(len(y_te)) if e_te is None else e_te
     out = []
 
     def add(name, mu, seconds):
@@ -129,13 +165,17 @@ def haberman(seed: int, warmup: int, samples: int) -> list[dict]:
                         test_log_lik=float(np.mean(poisson.logpmf(y_te, np.maximum(mu, 1e-12)))), seconds=seconds))
         print(out[-1], flush=True)
 
-    add("constant rate", np.full(len(y_te), y_tr.mean()), 0.0)
+    if truth is not None:
+        add("truth (the test rows' means)", truth, 0.0)
+    add("constant rate", e_te * y_tr.sum() / e_tr.sum(), 0.0)
     t0 = time.perf_counter()
-    glm = PoissonRegressor(alpha=1e-4, max_iter=1000).fit((X_tr - X_tr.mean(0)) / X_tr.std(0), y_tr)
-    add("sklearn PoissonRegressor (GLM)", glm.predict((X_te - X_tr.mean(0)) / X_tr.std(0)), time.perf_counter() - t0)
+    Z_tr, Z_te = (X_tr - X_tr.mean(0)) / X_tr.std(0), (X_te - X_tr.mean(0)) / X_tr.std(0)
+    glm = PoissonRegressor(alpha=1e-4, max_iter=1000).fit(Z_tr, y_tr / e_tr, sample_weight=e_tr)
+    add("sklearn PoissonRegressor (GLM)", e_te * glm.predict(Z_te), time.perf_counter() - t0)
     t0 = time.perf_counter()
-    hgb = HistGradientBoostingRegressor(loss="poisson", max_iter=100, learning_rate=0.05, random_state=seed).fit(X_tr, y_tr)
-    add("sklearn HistGradientBoosting (poisson)", hgb.predict(X_te), time.perf_counter() - t0)
+    hgb = HistGradientBoostingRegressor(loss="poisson", max_iter=100, learning_rate=0.05, random_state=seed)
+    hgb.fit(X_tr, y_tr / e_tr, sample_weight=e_tr)
+    add("sklearn HistGradientBoosting (poisson)", e_te * hgb.predict(X_te), time.perf_counter() - t0)
     t0 = time.perf_counter()
     reg = bd.BARTPoissonRegressor(num_trees=200, num_warmup=warmup, num_samples=samples, num_chains=2, seed=seed,
                                   progress=False)
@@ -143,14 +183,14 @@ def haberman(seed: int, warmup: int, samples: int) -> list[dict]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bd.ConvergenceWarning)
-        reg.fit(X_tr, y_tr)
-    add("bd.BARTPoissonRegressor (200 trees)", reg.predict(X_te), time.perf_counter() - t0)
+        reg.fit(X_tr, y_tr, exposure=e_tr)
+    add("bd.BARTPoissonRegressor (200 trees)", reg.predict(X_te, exposure=e_te), time.perf_counter() - t0)
     return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", default="speed,haberman")
+    ap.add_argument("--sections", default="speed,haberman,simulated")
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--trees", type=int, default=200)
     ap.add_argument("--sweeps", type=int, default=10)
@@ -166,20 +206,27 @@ def main():
         result["speed"] = speed(args.n, args.trees, args.sweeps, args.repeats)
     if "haberman" in sections:
         result["haberman"] = haberman(args.seed, args.warmup, args.samples)
+    if "simulated" in sections:
+        result["simulated"] = simulated(args.seed, args.warmup, args.samples)
     result["machine_after"] = _machine()
     lines = ["# Log-linear BART for counts (benchmarks/bart_poisson.py)", "",
              f"Machine: {result['machine']} (after: {result['machine_after']}); timings are under load.", ""]
     if "speed" in result:
-        lines += ["## Sweep time", "", "| model | tree_sampler | n | trees | s / sweep | vs normal grow-prune |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['tree_sampler']} | {r['n']} | {r['trees']} | {r['seconds_per_sweep']:.4f} | "
-                  f"{r['vs_normal_grow_prune']:.2f} |" for r in result["speed"]]
+        lines += ["## Sweep time", "",
+                  "| model | tree_sampler | incremental | n | trees | s / sweep | vs normal grow-prune |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['tree_sampler']} | {r['incremental']} | {r['n']} | {r['trees']} | "
+                  f"{r['seconds_per_sweep']:.4f} | {r['vs_normal_grow_prune']:.2f} |" for r in result["speed"]]
         lines.append("")
-    if "haberman" in result:
-        lines += ["## Haberman: positive axillary nodes (test third)", "",
-                  "| model | test mean Poisson deviance | test mean log-lik | seconds |", "|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['test_deviance']:.3f} | {r['test_log_lik']:.3f} | {r['seconds']:.1f} |"
-                  for r in result["haberman"]]
+    titles = dict(haberman="Haberman: positive axillary nodes (test third)",
+                  simulated="Simulated: Friedman #1 on the log scale, exposures 0.5-2 (2,000 test rows)")
+    for name, title in titles.items():
+        if name in result:
+            lines += [f"## {title}", "", "| model | test mean Poisson deviance | test mean log-lik | seconds |",
+                      "|---|---|---|---|"]
+            lines += [f"| {r['model']} | {r['test_deviance']:.3f} | {r['test_log_lik']:.3f} | {r['seconds']:.1f} |"
+                      for r in result[name]]
+            lines.append("")
     md = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(result, indent=1))
