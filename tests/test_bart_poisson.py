@@ -264,7 +264,7 @@ def test_geweke_getting_it_right(sampler):
 @pytest.mark.slow
 def test_geweke_planted_error_fails():
     """The same (shorter: 16 chains x 1,000 sweeps, 50,000 prior draws) with the rows' rates
-    missing the exposure: some |z| >= 4 (observed z(mean depth) = +132)."""
+    missing the exposure: some |z| >= 4 (observed z(mean depth) = +97)."""
     saved, bp._rows = bp._rows, _rows_without_exposure
     try:
         z = geweke_z("grow-prune", 16, 1000, 50_000, seed=1)
