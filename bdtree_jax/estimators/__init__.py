@@ -8,6 +8,7 @@ posterior draws.
 """
 
 from .bart import BARTClassifier, BARTRegressor
+from .bart_poisson import BARTPoissonRegressor
 from .tree import BayesianTreeClassifier, BayesianTreeRegressor
 
-__all__ = ["BARTClassifier", "BARTRegressor", "BayesianTreeClassifier", "BayesianTreeRegressor"]
+__all__ = ["BARTClassifier", "BARTPoissonRegressor", "BARTRegressor", "BayesianTreeClassifier", "BayesianTreeRegressor"]
