@@ -11,12 +11,12 @@ from ._devices import apply_cpu_devices_env, set_cpu_device_count
 apply_cpu_devices_env()  # only when the environment asks for it (BDTREE_CPU_DEVICES); see _devices
 
 from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
-from .estimators import BARTClassifier, BARTRegressor, BARTSurvival  # noqa: E402
+from .estimators import BARTClassifier, BARTPoissonRegressor, BARTRegressor, BARTSurvival  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
-from .posterior import BARTClassifierPosterior, BARTPosterior, BARTSurvivalPosterior  # noqa: E402
+from .posterior import BARTClassifierPosterior, BARTPoissonPosterior, BARTPosterior, BARTSurvivalPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .api import load, sample  # noqa: E402
@@ -34,6 +34,8 @@ except _metadata.PackageNotFoundError:  # run from a source tree that is not ins
 __all__ = [
     "BARTClassifier",
     "BARTClassifierPosterior",
+    "BARTPoissonPosterior",
+    "BARTPoissonRegressor",
     "BARTPosterior",
     "BARTRegressor",
     "BARTSurvival",

@@ -75,6 +75,7 @@ TYPES = {
     "DirichletMultinomial": "bdtree_jax.likelihoods:DirichletMultinomial",
     "NormalMeanShift": "bdtree_jax.likelihoods:NormalMeanShift",
     "BARTLeafNormal": "bdtree_jax.likelihoods:BARTLeafNormal",
+    "BARTLeafPoissonGamma": "bdtree_jax.likelihoods:BARTLeafPoissonGamma",
     "TreePrior": "bdtree_jax.priors.tree_prior:TreePrior",
     "BoxGrammar": "bdtree_jax.pcfg.grammar:BoxGrammar",
     # configurations
@@ -87,6 +88,7 @@ TYPES = {
     "SoftTreePosterior": "bdtree_jax.posterior.soft:SoftTreePosterior",
     "BARTPosterior": "bdtree_jax.posterior.bart:BARTPosterior",
     "BARTClassifierPosterior": "bdtree_jax.posterior.bart:BARTClassifierPosterior",
+    "BARTPoissonPosterior": "bdtree_jax.posterior.bart_poisson:BARTPoissonPosterior",
     "BARTSurvivalPosterior": "bdtree_jax.posterior.bart_survival:BARTSurvivalPosterior",
     # sampler states and results in checkpoints (typed PRNG keys travel as HostKey)
     "HostKey": "bdtree_jax._checkpoint:HostKey",

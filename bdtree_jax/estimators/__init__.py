@@ -8,7 +8,8 @@ posterior draws.
 """
 
 from .bart import BARTClassifier, BARTRegressor
+from .bart_poisson import BARTPoissonRegressor
 from .bart_survival import BARTSurvival
 from .tree import BayesianTreeClassifier, BayesianTreeRegressor
 
-__all__ = ["BARTClassifier", "BARTRegressor", "BARTSurvival", "BayesianTreeClassifier", "BayesianTreeRegressor"]
+__all__ = ["BARTClassifier", "BARTPoissonRegressor", "BARTRegressor", "BARTSurvival", "BayesianTreeClassifier", "BayesianTreeRegressor"]

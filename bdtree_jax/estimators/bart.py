@@ -100,18 +100,6 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
     def _sampler_name(self) -> str:
         return "bart"
 
-    def _algorithm(self, config: BARTConfig):
-        """The run's sampler: BART's sweep (survival BART wraps it)."""
-        return bart(config)
-
-    def _run_data(self, problem: BARTProblem):
-        """What the sampler reads (``problem.data``; survival BART adds the censoring)."""
-        return problem.data
-
-    def _posterior(self, posterior):
-        """The run's posterior as the estimator keeps it (survival BART's subclass)."""
-        return posterior
-
     def _run(self, problem: BARTProblem, fingerprint: tuple):
         """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
         the run's checkpoint together with the kernel's configuration."""
@@ -125,15 +113,15 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                                           n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
         config = BARTConfig(int(self.num_trees), int(self.max_depth), self.tree_sampler,
                             num_particles=int(self.num_particles), trace_dtypes=dtypes,
-                            incremental=plan.chain_method == "loop", outcome=problem.outcome,
-                            leaf_dtype=self.leaf_dtype, general_rules=_general(problem))
+                            incremental=plan.chain_method == "loop", leaf_dtype=self.leaf_dtype,
+                            general_rules=_general(problem), **self._outcome_options(problem))
         num_warmup, num_samples, thin = int(self.num_warmup), int(self.num_samples), int(self.thin)
         num_iterations = num_warmup + num_samples * thin
         check_bart(config, problem, int(self.num_chains), num_warmup, num_samples, min(100, num_iterations),
                    where=f"{type(self).__name__}: ")
         t0 = time.perf_counter()
         traces, _ = run_chains(
-            self._algorithm(config), self._run_data(problem), key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            self._kernel(config), self._run_data(problem), key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
             num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
             fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
@@ -144,10 +132,25 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                     seconds_per_sweep=seconds / num_iterations)
         if thin != 1 or plan.data_shards != 1:
             info.update(thin=thin, data_shards=plan.data_shards)
-        posterior = self._posterior(bart_posterior_from_traces(traces, problem, config, num_warmup, info))
-        self.posterior_ = check_convergence(posterior, stacklevel=3)
+        self.posterior_ = check_convergence(self._posterior(traces, problem, config, num_warmup, info), stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
+
+    def _outcome_options(self, problem: BARTProblem) -> dict:
+        """The :class:`~bdtree_jax.kernels.bart.BARTConfig` fields set by the outcome."""
+        return dict(outcome=problem.outcome)
+
+    def _kernel(self, config: BARTConfig):
+        """The sampling algorithm of the run (:func:`~bdtree_jax.kernels.bart.bart`)."""
+        return bart(config)
+
+    def _run_data(self, problem: BARTProblem):
+        """What the sampling algorithm reads (``problem.data``; survival BART adds the censoring)."""
+        return problem.data
+
+    def _posterior(self, traces: dict, problem: BARTProblem, config: BARTConfig, num_warmup: int, info: dict):
+        """The posterior object of the run's traces."""
+        return bart_posterior_from_traces(traces, problem, config, num_warmup, info)
 
     @property
     def feature_importances_(self) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.bart_survival import SurvivalData, survival_bart
+from ..posterior.bart import bart_posterior_from_traces
 from ..posterior.bart_survival import BARTSurvivalPosterior, concordance_index
 from ..problem.bart import MAX_CUTS, build_bart_problem
 from .bart import _BARTEstimator
@@ -106,15 +107,15 @@ class BARTSurvival(_BARTEstimator):
     def _extra_reals(self) -> tuple:
         return (("nu", lambda v: v > 0, "> 0"), ("q", lambda v: 0 < v < 1, "in (0, 1)"))
 
-    def _algorithm(self, config):
+    def _kernel(self, config):
         return survival_bart(config)
 
     def _run_data(self, problem):
         return SurvivalData(problem.data, np.asarray(self._event, bool))
 
-    def _posterior(self, posterior):
-        fields = {f: getattr(posterior, f) for f in posterior.__dataclass_fields__}
-        return BARTSurvivalPosterior(**fields, event=np.asarray(self._event, bool))
+    def _posterior(self, traces, problem, config, num_warmup, info):
+        return bart_posterior_from_traces(traces, problem, config, num_warmup, info, cls=BARTSurvivalPosterior,
+                                          event=np.asarray(self._event, bool))
 
     def fit(self, X, y, event=None):
         """Sample the posterior given training rows ``X``, times ``y`` and ``event``; returns self."""

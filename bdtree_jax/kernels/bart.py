@@ -361,10 +361,11 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
 
 
 def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals, tree_keys,
-                  config: BARTConfig):
+                  config: BARTConfig, rows=None):
     """Backfitting with the single-tree kernel (``"cgm"``, ``"pg"``, and every sampler with
     categorical features or missing values: :func:`_update_tree`): a ``lax.scan`` over the trees,
-    each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``.
+    each updated on its partial residual.  Returns ``(total, leaf_values, changed, trees)``; ``rows(partial)``:
+    tree m's TreeData given the other trees' sum (default :func:`_residual_data` of ``target - partial``), whose likelihood's ``draw_values(stats, normals[m])`` draws the leaves.
 
     The per-tree ``stats`` and ``log_lik`` are carried unchanged: they are recomputed on the
     partial residual at every visit, only as far as the sampler reads them (CGM's local moves
@@ -373,23 +374,22 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
     neither), so none are kept between sweeps."""
     N = n_nodes(config.max_depth)
     needs_stats = config.tree_sampler != "pg"
-    needs_log_lik = config.tree_sampler == "cgm" or (config.general_rules and needs_stats)
+    needs_log_lik = needs_stats  # CGM's whole-tree steps re-score from it (log-linear BART's grow-prune too)
     trees = state.trees
     stale_stats = jnp.zeros(trees.stats.shape[1:], jnp.float32)
+    rows = rows or (lambda partial: _residual_data(data, target - partial, sigma2))
 
     def body(total, xs):
         (tree, leaf_id, _, lo, hi, levels, log_prior), values, u, z, k = xs
         old = values[leaf_id]
-        residual = target - (total - old)
-        data_m = _residual_data(data, residual, sigma2)
+        data_m = rows(total - old)
         # re-score on the residual: the rows' leaves and valid-cut bounds do not change, nor does
         # the tree's prior
         stats = subtree_sums(data_m.point_stats, leaf_id, N) if needs_stats else stale_stats
         log_lik = data_m.likelihood.log_lik(stats, leaf_nodes(tree)) if needs_log_lik else jnp.float32(0.0)
         tree_state = CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.float32(1.0), levels)
         new, changed = _update_tree(k, u, tree_state, data_m, config)
-        mean, sd = data_m.likelihood.leaf_posterior(new.stats)
-        values = jnp.where(leaf_nodes(new.tree), mean + sd * z, 0.0).astype(jnp.float32)
+        values = jnp.where(leaf_nodes(new.tree), data_m.likelihood.draw_values(new.stats, z), 0.0).astype(jnp.float32)
         structure = (new.tree, new.leaf_id.astype(leaf_id.dtype), new.stats, new.lo, new.hi, new.levels,
                      new.log_prior)
         return total - old + values[new.leaf_id], (structure, values, changed)

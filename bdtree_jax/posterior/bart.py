@@ -399,15 +399,16 @@ def _kept(a, num_warmup: int) -> np.ndarray:
 
 
 def bart_posterior_from_traces(traces: dict, problem: BARTProblem, config: Any, num_warmup: int,
-                               info: dict) -> BARTPosterior:
+                               info: dict, cls: type | None = None, **extra) -> BARTPosterior:
     """The posterior of a BART run from its per-iteration ``traces`` (numpy arrays
     ``(C, W + S, ...)`` of :func:`~bdtree_jax.kernels.bart.trace`, ``tree`` and ``leaf_values``
     included): the first ``num_warmup`` iterations go to ``warmup_stats``, the rest are the draws.
-    A :class:`BARTClassifierPosterior` for a binary ``problem``, else a :class:`BARTPosterior`."""
+    A :class:`BARTClassifierPosterior` for a binary ``problem``, else a :class:`BARTPosterior`, or
+    ``cls`` (a subclass) with the further fields ``extra``."""
     scalars = [k for k in traces if k not in ("tree", "leaf_values")]
     names = problem.feature_names
     binary = problem.outcome == "binary"
-    return (BARTClassifierPosterior if binary else BARTPosterior)(
+    return (cls or (BARTClassifierPosterior if binary else BARTPosterior))(
         # the kept iterations in the dtypes the kernel recorded (narrow integers; leaf values in
         # BARTConfig's leaf dtype): copies after a warm-up (a view would keep its trees alive)
         trees=jax.tree.map(lambda a: _kept(a, num_warmup), traces["tree"]),
@@ -419,5 +420,5 @@ def bart_posterior_from_traces(traces: dict, problem: BARTProblem, config: Any, 
                    **problem.hyperparameters()),
         info=info, train_bins=problem.train_bins, y_train=np.asarray(problem.y_train),
         feature_names=list(names) if names is not None else [f"x{i}" for i in range(problem.n_features)],
-        **(dict(classes=problem.classes) if binary else {}),
+        **(dict(classes=problem.classes) if binary else {}), **extra,
     )
