@@ -10,20 +10,30 @@ and, by default, Linero's hyperprior on the concentration ``theta``::
 
     lambda = theta / (theta + rho) ~ Beta(a, b),     rho = p, a = 1/2, b = 1
 
-(``DARTConfig.theta`` a number: ``theta`` fixed instead).  Small ``theta`` puts the Dirichlet's mass
+(``DARTConfig.theta`` a number: ``theta`` fixed instead).  Linero's sampler draws ``s`` from
+``Dirichlet(theta/p + c)``; here the rule prior is renormalised over each node's available
+features, and the ``s`` step below stays exact for that.  Small ``theta`` puts the Dirichlet's mass
 near the simplex's corners: few features get most of the splits.
 
 The renormalisation over ``A``.  This library's rule prior picks the feature among the features
 with a valid cut at the node (:mod:`bdtree_jax.priors`), so ``p(T | s)`` holds one factor
 ``s_f / S_A(s)`` per splitting node, ``S_A(s) = sum_{k in A} s_k``, and ``s | trees`` is *not*
 ``Dirichlet(theta/p + c)`` (``c_f``: the splits on ``f`` over every tree) unless ``A`` is every
-feature at every node.  The sweep draws ``s* ~ Dirichlet(theta/p + c)`` as an independence
-Metropolis–Hastings proposal: with ``pi(s | T) ∝ Dir(s; theta/p) prod_nodes s_f / S_A(s)`` and
-``q(s*) = Dir(s*; theta/p + c)`` every power of ``s`` cancels and the acceptance ratio is ::
+feature at every node.  The ``s`` step is an exact Gibbs step by data augmentation instead:
 
-    prod over the splitting nodes of every tree  S_A(s) / S_A(s*)
+1. write ``s = g / G`` with ``g_j ~ Gamma(theta/p, 1)`` independent (the Dirichlet's gamma
+   representation); the trees' factors ``g_f / sum_A g_k`` do not depend on the scale ``G``, so
+   given ``s`` and the trees ``G ~ Gamma(theta, 1)``: draw it, ``g = G s``;
+2. for every splitting node a latent ``u ~ Exponential(rate = sum_{k in A} g_k)``: the joint
+   density of ``(g, u)`` is ``prod_j g_j**(theta/p + c_j - 1) exp(-g_j (1 + sum_{nodes with j in A} u))``,
+   ``1 / S_A(g)`` being ``int_0^inf exp(-u S_A(g)) du``;
+3. so ``g_j | u ~ Gamma(theta/p + c_j, 1 + sum of the u of the nodes where j is available)``
+   independently; ``s = g / sum(g)``.
 
-(1 when every feature is available everywhere: the plain Gibbs draw of Linero's sampler).
+When every feature is available at every node all rates are equal and the step is exactly
+Linero's ``s ~ Dirichlet(theta/p + c)``.  (An independence Metropolis–Hastings step with that
+Dirichlet as proposal, ratio ``prod_nodes S_A(s) / S_A(s*)``, is exact too but mixes badly when
+``s`` has mass where the proposal has little: the tests' fixed tree needs hundreds of its steps.)
 
 Truncation.  Under ``valid_cuts="ancestors"`` BART's tree prior is truncated to trees whose leaves
 hold ``min_leaf_size`` rows, with a normaliser ``Z(s)`` that depends on ``s``.  The joint prior
@@ -43,8 +53,8 @@ the sweep makes :data:`THETA_STEPS` random-walk Metropolis steps on ``z`` (norma
 One sweep (:func:`step_with_draws`): the BART sweep with the trees' rule prior weighted by the
 current ``s`` (``TreeData.feature_log_weight = log s``; the grow / change proposals draw the rule
 from that same weighted prior, so the rule terms cancel in their ratios as in BART), then the ``s``
-step, then the ``theta`` steps.  The trees' cached log-priors are moved to the new ``s`` when it is
-accepted (the CGM sampler's whole-tree ratios read them).  ``s`` is kept as ``log s`` (F,) in the
+step, then the ``theta`` steps.  The trees' cached log-priors are moved to the new ``s`` (the CGM
+sampler's whole-tree ratios read them).  ``s`` is kept as ``log s`` (F,) in the
 state (an array: a new ``s`` every sweep recompiles nothing); components below ``exp(-1e30)`` are
 clipped there (an event of negligible probability for any ``theta`` the hyperprior reaches).
 
@@ -88,9 +98,9 @@ class DARTConfig:
     a, b : the Beta prior of ``lambda = theta / (theta + rho)`` (Linero's 1/2 and 1).
     rho : None for the number of features ``p`` (Linero's default), or a positive number.
     theta_init : the chain's first theta (hyperprior only); None for ``rho`` (lambda = 1/2).
-    correct : the renormalisation's MH correction of the ``s`` step (module docstring).  False
-        accepts the Dirichlet proposal always -- wrong whenever a node lacks a feature; kept only
-        as the Geweke test's planted error.
+    correct : the renormalisation's latents in the ``s`` step (module docstring).  False draws
+        ``s`` from ``Dirichlet(theta/p + c)`` -- wrong whenever a node lacks a feature; kept only
+        as the tests' planted error.
     """
 
     theta: float | None = None
@@ -128,12 +138,11 @@ class DARTState(NamedTuple):
 
 
 class DARTInfo(NamedTuple):
-    """Per sweep: ``bart`` the BART sweep's info; ``s_accepted`` () bool the Dirichlet proposal of
-    ``s`` was accepted; ``s_log_ratio`` () its log acceptance ratio."""
+    """Per sweep: ``bart`` the BART sweep's info; ``theta_accepted`` () float32 the share of the
+    ``theta`` steps accepted (NaN for a fixed ``theta``)."""
 
     bart: bart.BARTInfo
-    s_accepted: Array
-    s_log_ratio: Array
+    theta_accepted: Array
 
 
 class DARTDraws(NamedTuple):
@@ -193,8 +202,9 @@ def _log_lambda_target(z: Array, log_s: Array, config: DARTConfig, rho: float) -
             + (theta / p) * jnp.sum(log_s))
 
 
-def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -> Array:
-    """:data:`THETA_STEPS` random-walk MH steps on ``logit(theta / (theta + rho))``."""
+def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -> tuple[Array, Array]:
+    """:data:`THETA_STEPS` random-walk MH steps on ``logit(theta / (theta + rho))``; returns
+    ``(theta, share of the steps accepted)``."""
     rho = config.rho_for(log_s.shape[0])
     normals, uniforms = jax.random.split(key)
     eps = THETA_STEP_SD * jax.random.normal(normals, (THETA_STEPS,))
@@ -204,34 +214,33 @@ def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -
         e, lu = xs
         z_new = z + e
         log_ratio = _log_lambda_target(z_new, log_s, config, rho) - _log_lambda_target(z, log_s, config, rho)
-        return jnp.where(lu < log_ratio, z_new, z), None
+        accepted = lu < log_ratio
+        return jnp.where(accepted, z_new, z), accepted
 
     z = jnp.log(theta) - jnp.log(rho)  # logit(theta / (theta + rho)) = log(theta / rho)
-    z, _ = jax.lax.scan(one, z, (eps, log_u))
-    return (rho * jnp.exp(z)).astype(jnp.float32)
+    z, accepted = jax.lax.scan(one, z, (eps, log_u))
+    return (rho * jnp.exp(z)).astype(jnp.float32), jnp.mean(accepted.astype(jnp.float32))
 
 
 def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
-    """The ``s`` step (module docstring): returns ``(log_s, trees, accepted, log_ratio)``, the trees'
-    log-priors moved to the new ``s`` when it is accepted."""
+    """The ``s`` step (module docstring: gamma scale, node latents, gamma draws); returns
+    ``(log_s, trees)``, the trees' log-priors moved to the new ``s``."""
     trees = state.bart.trees
     n_features = state.log_s.shape[0]
-    k_draw, k_accept = jax.random.split(key)
+    k_scale, k_nodes, k_gamma = jax.random.split(key, 3)
     counts = split_counts(trees, n_features)
-    proposed = log_dirichlet_draw(k_draw, state.theta / n_features + counts)
-    old_shares = _node_log_shares(trees, state.log_s)
-    new_shares = _node_log_shares(trees, proposed)
-    # prod S_A(s) / S_A(s*): the shares' log s_f terms are the Dirichlet's powers, which cancel
-    own_old = jnp.where(trees.tree.is_split, state.log_s[trees.tree.feature.astype(jnp.int32)], 0.0)
-    own_new = jnp.where(trees.tree.is_split, proposed[trees.tree.feature.astype(jnp.int32)], 0.0)
-    log_ratio = jnp.sum((new_shares - own_new) - (old_shares - own_old))
-    if not config.correct:  # the planted error of the tests: no renormalisation correction
-        log_ratio = jnp.float32(0.0)
-    accepted = jnp.log(jax.random.uniform(k_accept)) < log_ratio
-    d_prior = jnp.sum(new_shares - old_shares, axis=-1)  # (M,) each tree's log-prior change
-    log_prior = jnp.where(accepted, trees.log_prior + d_prior, trees.log_prior)
-    log_s = jnp.where(accepted, proposed, state.log_s)
-    return log_s, trees._replace(log_prior=log_prior), accepted, log_ratio
+    rate = jnp.float32(1.0)
+    if config.correct:  # (the planted error of the tests leaves the rates at 1)
+        available = trees.hi > trees.lo  # (M, N, F)
+        log_g = state.log_s + jax.random.loggamma(k_scale, state.theta)  # g = G s, G ~ Gamma(theta, 1)
+        log_rate = log_available_total(available, log_g)  # (M, N) each node's sum_A g_k
+        u = jax.random.exponential(k_nodes, log_rate.shape) * jnp.exp(-log_rate)
+        u = jnp.where(trees.tree.is_split, u, 0.0)
+        rate = 1.0 + jnp.einsum("mn,mnf->f", u, available.astype(jnp.float32))
+    log_g_new = jax.random.loggamma(k_gamma, state.theta / n_features + counts) - jnp.log(rate)
+    log_s = jnp.maximum(log_g_new - jax.scipy.special.logsumexp(log_g_new), LOG_S_FLOOR).astype(jnp.float32)
+    d_prior = jnp.sum(_node_log_shares(trees, log_s) - _node_log_shares(trees, state.log_s), axis=-1)  # (M,)
+    return log_s, trees._replace(log_prior=trees.log_prior + d_prior)
 
 
 def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig) -> DARTState:
@@ -262,17 +271,20 @@ def step_with_draws(draws: DARTDraws, state: DARTState, data: BARTData, config: 
     bart_state, bart_info = bart.step_with_draws(draws.bart, state.bart, _weighted(data, state.log_s), config)
     k_s, k_theta = jax.random.split(draws.key)
     state = state._replace(bart=bart_state)
-    log_s, trees, accepted, log_ratio = _s_step(k_s, state, dart_config)
-    theta = state.theta if dart_config.theta is not None else _theta_steps(k_theta, state.theta, log_s, dart_config)
+    log_s, trees = _s_step(k_s, state, dart_config)
+    if dart_config.theta is None:
+        theta, theta_accepted = _theta_steps(k_theta, state.theta, log_s, dart_config)
+    else:
+        theta, theta_accepted = state.theta, jnp.float32(jnp.nan)
     state = DARTState(bart_state._replace(trees=trees), log_s, theta)
-    return state, DARTInfo(bart_info, accepted, log_ratio)
+    return state, DARTInfo(bart_info, theta_accepted)
 
 
 def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig) -> dict:
     """BART's record (:func:`~bdtree_jax.kernels.bart.trace`) with ``split_probs`` (F,) ``s``,
-    ``theta`` and ``s_accepted``."""
+    ``theta`` and ``theta_accepted``."""
     out = bart.trace(state.bart, info.bart, config)
-    out.update(split_probs=jnp.exp(state.log_s), theta=state.theta, s_accepted=info.s_accepted.astype(jnp.float32))
+    out.update(split_probs=jnp.exp(state.log_s), theta=state.theta, theta_accepted=info.theta_accepted)
     return out
 
 
