@@ -65,7 +65,8 @@ def fit_one(sparse: bool, X, y, Xt, yt, ft, args) -> dict:
                warnings=[str(w.message).split(".")[0] for w in caught])
     if sparse:
         out.update(split_prob=reg.split_probs_.reshape(-1, X.shape[1]).mean(0).tolist(),
-                   theta=float(np.mean(reg.theta_)), theta_acceptance=reg.theta_acceptance_)
+                   theta=float(np.mean(reg.theta_)), s_acceptance=reg.s_acceptance_,
+                   theta_acceptance=reg.theta_acceptance_)
     return out
 
 
@@ -91,7 +92,8 @@ def report(results: dict) -> str:
     dart = next(r for r in results["fits"] if r["sparse"])
     bart = next(r for r in results["fits"] if not r["sparse"])
     inc_d, inc_b = np.asarray(dart["inclusion"]), np.asarray(bart["inclusion"])
-    lines += ["", f"DART: mean theta {dart['theta']:.3f}, acceptance of the theta steps {dart['theta_acceptance']:.3f}.", "",
+    lines += ["", f"DART: mean theta {dart['theta']:.3f}; acceptance of the s step's Dirichlet proposal "
+              f"{dart['s_acceptance']:.3f}, of the theta steps {dart['theta_acceptance']:.3f}.", "",
               "Posterior inclusion probability per feature (share of kept draws with a split on it) and DART's "
               "mean split probability s:", "",
               "| feature | BART inclusion | DART inclusion | DART mean s |", "|---|---|---|---|"]

@@ -11,14 +11,15 @@ from ..kernels.dart import DARTConfig
 __all__ = ["SparseMixin", "SPARSE_TRACES"]
 
 #: The DART trace entries kept on the estimator, not in the BART posterior's statistics.
-SPARSE_TRACES = ("split_probs", "theta", "theta_accepted")
+SPARSE_TRACES = ("split_probs", "theta", "s_accepted", "theta_accepted")
 
 
 class SparseMixin:
     """``sparse``, ``sparse_theta``, ``sparse_a``, ``sparse_b``, ``sparse_rho`` of the BART
     estimators, and what a sparse fit records: ``split_probs_`` (C, S, F) the kept draws of ``s``,
-    ``theta_`` (C, S), ``theta_acceptance_`` (the ``theta`` steps' acceptance rate over the kept
-    sweeps; NaN for a fixed ``sparse_theta``)."""
+    ``theta_`` (C, S), ``s_acceptance_`` and ``theta_acceptance_`` (the acceptance rates over the
+    kept sweeps of the ``s`` step's Dirichlet proposal and of the ``theta`` steps; NaN for a fixed
+    ``sparse_theta``)."""
 
     def _dart_config(self) -> DARTConfig | None:
         """The checked DART configuration, or None for ``sparse=False``."""
@@ -46,7 +47,7 @@ class SparseMixin:
 
     def _keep_sparse_traces(self, traces: dict, num_warmup: int) -> dict:
         """Pop the DART entries from ``traces`` (kept iterations on the estimator); returns the rest."""
-        for attr in ("split_probs_", "theta_", "theta_acceptance_"):
+        for attr in ("split_probs_", "theta_", "s_acceptance_", "theta_acceptance_"):
             if attr in vars(self):
                 delattr(self, attr)
         if "split_probs" not in traces:
@@ -55,6 +56,7 @@ class SparseMixin:
         kept = {k: np.array(traces.pop(k)[:, num_warmup:]) for k in SPARSE_TRACES}
         self.split_probs_ = kept["split_probs"]
         self.theta_ = kept["theta"]
+        self.s_acceptance_ = float(np.mean(kept["s_accepted"]))
         self.theta_acceptance_ = float(np.mean(kept["theta_accepted"]))
         return traces
 

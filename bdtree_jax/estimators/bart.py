@@ -128,7 +128,8 @@ class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
         if dart_config is not None:
             fingerprint = tuple(fingerprint) + (dart_config,)
         traces, _ = run_chains(
-            bart(config) if dart_config is None else dart(config, dart_config), problem.data, key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            bart(config) if dart_config is None else dart(config, dart_config), problem.data,
+            key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
             num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
             fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
@@ -241,8 +242,8 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     posterior_ : BARTPosterior
     feature_importances_ : (F,) posterior mean variable-inclusion proportions.
     variable_inclusion_ : (F,) posterior inclusion probabilities (share of draws splitting on each feature).
-    split_probs_ : (C, S, F) the kept draws of DART's ``s``; ``theta_`` (C, S); ``theta_acceptance_``
-        (sparse=True only).
+    split_probs_ : (C, S, F) the kept draws of DART's ``s``; ``theta_`` (C, S); ``s_acceptance_``,
+        ``theta_acceptance_`` (sparse=True only).
     n_features_in_ : int
     feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
     """
@@ -328,8 +329,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     ----------
     classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
     posterior_ : BARTClassifierPosterior
-    feature_importances_, variable_inclusion_, split_probs_, theta_, theta_acceptance_, n_features_in_,
-    feature_names_in_
+    feature_importances_, variable_inclusion_, split_probs_, theta_, s_acceptance_, theta_acceptance_,
+    n_features_in_, feature_names_in_
         As :class:`BARTRegressor`.
     """
 

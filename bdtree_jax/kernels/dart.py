@@ -31,9 +31,16 @@ feature at every node.  The ``s`` step is an exact Gibbs step by data augmentati
    independently; ``s = g / sum(g)``.
 
 When every feature is available at every node all rates are equal and the step is exactly
-Linero's ``s ~ Dirichlet(theta/p + c)``.  (An independence Metropolis–Hastings step with that
-Dirichlet as proposal, ratio ``prod_nodes S_A(s) / S_A(s*)``, is exact too but mixes badly when
-``s`` has mass where the proposal has little: the tests' fixed tree needs hundreds of its steps.)
+Linero's ``s ~ Dirichlet(theta/p + c)``.  The augmentation moves ``log s_j`` of a feature that is
+often the only one left at its nodes by a random walk, slowly where ``s | trees`` has a heavy tail
+at ``s_j -> 0``; so the step then makes an independence Metropolis–Hastings step with
+``s* ~ Dirichlet(theta/p + c)`` as its proposal: every power of ``s`` cancels in its ratio ::
+
+    prod over the splitting nodes of every tree  S_A(s) / S_A(s*)
+
+(1, always accepted, when every feature is available everywhere).  Both steps leave ``s | trees``
+invariant (tested against its exact Beta on a tree whose nodes lack a feature), so their
+composition is exact.
 
 Truncation.  Under ``valid_cuts="ancestors"`` BART's tree prior is truncated to trees whose leaves
 hold ``min_leaf_size`` rows, with a normaliser ``Z(s)`` that depends on ``s``.  The joint prior
@@ -138,10 +145,12 @@ class DARTState(NamedTuple):
 
 
 class DARTInfo(NamedTuple):
-    """Per sweep: ``bart`` the BART sweep's info; ``theta_accepted`` () float32 the share of the
-    ``theta`` steps accepted (NaN for a fixed ``theta``)."""
+    """Per sweep: ``bart`` the BART sweep's info; ``s_accepted`` () bool the ``s`` step's
+    Dirichlet proposal was accepted; ``theta_accepted`` () float32 the share of the ``theta`` steps
+    accepted (NaN for a fixed ``theta``)."""
 
     bart: bart.BARTInfo
+    s_accepted: Array
     theta_accepted: Array
 
 
@@ -185,14 +194,6 @@ def split_counts(trees, n_features: int) -> Array:
     return jnp.sum(one_hot, axis=tuple(range(one_hot.ndim - 1)), dtype=jnp.int32).astype(jnp.float32)
 
 
-def _node_log_shares(trees, log_s: Array) -> Array:
-    """(M, N) ``log s_f - log S_A(s)`` at every splitting node (0 elsewhere)."""
-    t = trees.tree
-    available = trees.hi > trees.lo  # (M, N, F)
-    share = log_s[t.feature.astype(jnp.int32)] - log_available_total(available, log_s)
-    return jnp.where(t.is_split, share, 0.0)
-
-
 def _log_lambda_target(z: Array, log_s: Array, config: DARTConfig, rho: float) -> Array:
     """Log density of ``z = logit(lambda)`` given ``s`` (module docstring), up to a constant."""
     log_lam, log_1m = jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-z)
@@ -223,24 +224,45 @@ def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -
 
 
 def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
-    """The ``s`` step (module docstring: gamma scale, node latents, gamma draws); returns
-    ``(log_s, trees)``, the trees' log-priors moved to the new ``s``."""
+    """The ``s`` step (module docstring): the augmented Gibbs draw (gamma scale, node latents,
+    gamma draws), then the independence MH step from ``Dirichlet(theta/p + c)``.  Returns
+    ``(log_s, trees, accepted)``, the trees' log-priors moved to the new ``s``."""
     trees = state.bart.trees
     n_features = state.log_s.shape[0]
-    k_scale, k_nodes, k_gamma = jax.random.split(key, 3)
+    k_scale, k_nodes, k_gamma, k_propose, k_accept = jax.random.split(key, 5)
     counts = split_counts(trees, n_features)
-    rate = jnp.float32(1.0)
-    if config.correct:  # (the planted error of the tests leaves the rates at 1)
-        available = trees.hi > trees.lo  # (M, N, F)
-        log_g = state.log_s + jax.random.loggamma(k_scale, state.theta)  # g = G s, G ~ Gamma(theta, 1)
-        log_rate = log_available_total(available, log_g)  # (M, N) each node's sum_A g_k
-        u = jax.random.exponential(k_nodes, log_rate.shape) * jnp.exp(-log_rate)
-        u = jnp.where(trees.tree.is_split, u, 0.0)
-        rate = 1.0 + jnp.einsum("mn,mnf->f", u, available.astype(jnp.float32))
-    log_g_new = jax.random.loggamma(k_gamma, state.theta / n_features + counts) - jnp.log(rate)
-    log_s = jnp.maximum(log_g_new - jax.scipy.special.logsumexp(log_g_new), LOG_S_FLOOR).astype(jnp.float32)
-    d_prior = jnp.sum(_node_log_shares(trees, log_s) - _node_log_shares(trees, state.log_s), axis=-1)  # (M,)
-    return log_s, trees._replace(log_prior=trees.log_prior + d_prior)
+    concentration = state.theta / n_features + counts
+    available = trees.hi > trees.lo  # (M, N, F)
+    is_split = trees.tree.is_split
+    log_total = log_available_total(available, state.log_s)  # (M, N) log sum_A s_k
+    if not config.correct:  # the planted error of the tests: the plain Dirichlet draw
+        log_s = log_dirichlet_draw(k_gamma, concentration)
+        new_total, accepted = log_available_total(available, log_s), jnp.bool_(True)
+    else:
+        # g = G s with G ~ Gamma(theta, 1); u ~ Exp(G S_A(s)) at every splitting node; the rates
+        # 1 + sum_{j in A} u = (G + V_j) / G with V_j = sum_{j in A} E / S_A(s), E ~ Exp(1): the common
+        # 1 / G drops out of s = g / sum(g), and the rest is kept in logs (G underflows for small theta)
+        log_scale = jax.random.loggamma(k_scale, state.theta)
+        log_v = jnp.log(jax.random.exponential(k_nodes, log_total.shape)) - log_total
+        log_v = jnp.where(is_split, log_v, -jnp.inf)
+        top = jnp.max(log_v)
+        top = jnp.where(jnp.isfinite(top), top, 0.0)
+        v_sum = jnp.einsum("mn,mnf->f", jnp.exp(log_v - top), available.astype(jnp.float32))
+        log_rate = jnp.logaddexp(log_scale, jnp.log(v_sum) + top)
+        log_g = jax.random.loggamma(k_gamma, concentration) - log_rate
+        gibbs = jnp.maximum(log_g - jax.scipy.special.logsumexp(log_g), LOG_S_FLOOR).astype(jnp.float32)
+        gibbs_total = log_available_total(available, gibbs)
+        # the independence MH step: its ratio is prod over splitting nodes S_A(s) / S_A(s*)
+        proposed = log_dirichlet_draw(k_propose, concentration)
+        proposed_total = log_available_total(available, proposed)
+        log_ratio = jnp.sum(jnp.where(is_split, gibbs_total - proposed_total, 0.0))
+        accepted = jnp.log(jax.random.uniform(k_accept)) < log_ratio
+        log_s = jnp.where(accepted, proposed, gibbs)
+        new_total = jnp.where(accepted, proposed_total, gibbs_total)
+    feature = trees.tree.feature.astype(jnp.int32)
+    change = (log_s[feature] - new_total) - (state.log_s[feature] - log_total)
+    d_prior = jnp.sum(jnp.where(is_split, change, 0.0), axis=-1)  # (M,)
+    return log_s, trees._replace(log_prior=trees.log_prior + d_prior), accepted
 
 
 def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig) -> DARTState:
@@ -271,20 +293,21 @@ def step_with_draws(draws: DARTDraws, state: DARTState, data: BARTData, config: 
     bart_state, bart_info = bart.step_with_draws(draws.bart, state.bart, _weighted(data, state.log_s), config)
     k_s, k_theta = jax.random.split(draws.key)
     state = state._replace(bart=bart_state)
-    log_s, trees = _s_step(k_s, state, dart_config)
+    log_s, trees, s_accepted = _s_step(k_s, state, dart_config)
     if dart_config.theta is None:
         theta, theta_accepted = _theta_steps(k_theta, state.theta, log_s, dart_config)
     else:
         theta, theta_accepted = state.theta, jnp.float32(jnp.nan)
     state = DARTState(bart_state._replace(trees=trees), log_s, theta)
-    return state, DARTInfo(bart_info, theta_accepted)
+    return state, DARTInfo(bart_info, s_accepted, theta_accepted)
 
 
 def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig) -> dict:
     """BART's record (:func:`~bdtree_jax.kernels.bart.trace`) with ``split_probs`` (F,) ``s``,
-    ``theta`` and ``theta_accepted``."""
+    ``theta``, ``s_accepted`` and ``theta_accepted``."""
     out = bart.trace(state.bart, info.bart, config)
-    out.update(split_probs=jnp.exp(state.log_s), theta=state.theta, theta_accepted=info.theta_accepted)
+    out.update(split_probs=jnp.exp(state.log_s), theta=state.theta, s_accepted=info.s_accepted.astype(jnp.float32),
+               theta_accepted=info.theta_accepted)
     return out
 
 
