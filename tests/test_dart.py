@@ -249,10 +249,10 @@ def _friedman_frame(n=120, p=8, seed=0):
 
 
 @pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
-def test_estimators_sparse_end_to_end():
+def test_estimators_sparse_end_to_end(tmp_path):
     """sparse=True on both estimators: the kept draws of s (C, S, F) on the simplex, theta > 0,
-    the summary indexed by the DataFrame's columns; same seed, same draws; sparse=False keeps
-    BART's draws and has no s."""
+    the summary indexed by the DataFrame's columns; same seed, same draws (and a checkpoint
+    resumed gives them back); sparse=False has no s."""
     X, y = _friedman_frame()
     kw = dict(num_trees=10, num_warmup=20, num_samples=15, num_chains=2, seed=4)
     reg = bd.BARTRegressor(sparse=True, **kw).fit(X, y)
@@ -262,8 +262,11 @@ def test_estimators_sparse_end_to_end():
     assert list(summary.index) == list(X.columns)
     assert {"inclusion", "split_share", "split_prob", "split_prob_lo", "split_prob_hi"} <= set(summary.columns)
     assert np.all((summary.split_prob_lo <= summary.split_prob) & (summary.split_prob <= summary.split_prob_hi))
-    again = bd.BARTRegressor(sparse=True, **kw).fit(X, y)
+    path = str(tmp_path / "dart.npz")
+    again = bd.BARTRegressor(sparse=True, checkpoint=path, **kw).fit(X, y)
     np.testing.assert_array_equal(again.split_probs_, reg.split_probs_)
+    resumed = bd.BARTRegressor(sparse=True, checkpoint=path, **kw).fit(X, y)
+    np.testing.assert_array_equal(resumed.split_probs_, reg.split_probs_)
     plain = bd.BARTRegressor(**kw).fit(X, y)
     assert not hasattr(plain, "split_probs_") and plain.variable_inclusion_.shape == (8,)
     assert "split_prob" not in plain.sparsity_summary().columns
