@@ -81,6 +81,7 @@ TYPES = {
     # configurations
     "RJHMCConfig": "bdtree_jax.kernels.rjhmc:RJHMCConfig",
     "BARTConfig": "bdtree_jax.kernels.bart:BARTConfig",
+    "DARTConfig": "bdtree_jax.kernels.dart:DARTConfig",
     # posteriors
     "Posterior": "bdtree_jax.posterior.hard:Posterior",
     "PCFGPosterior": "bdtree_jax.posterior.hard:PCFGPosterior",
@@ -96,6 +97,7 @@ TYPES = {
     "PerturbState": "bdtree_jax.kernels.perturb:PerturbState",
     "EditState": "bdtree_jax.kernels.edit:EditState",
     "BARTState": "bdtree_jax.kernels.bart:BARTState",
+    "DARTState": "bdtree_jax.kernels.dart:DARTState",
     "SMCState": "bdtree_jax.kernels.smc:SMCState",
     "SMCResult": "bdtree_jax.kernels.smc:SMCResult",
     "RJHMCState": "bdtree_jax.kernels.rjhmc:RJHMCState",

@@ -102,6 +102,11 @@ class TreeData(NamedTuple):
         With box constraints and a categorical feature, each box's levels of every categorical
         feature (:func:`bdtree_jax.priors.boxes.box_level_masks`; all levels where the box does
         not name the feature, 0 for ordered features); None otherwise.
+    feature_log_weight : (F,) float32 or None
+        Log weights of the features in the rule prior (DART's split probabilities ``log s``,
+        :mod:`bdtree_jax.kernels.dart`): a rule's feature is drawn with probability
+        ``s_f / sum of s_k over the node's available features``.  None (the default): uniform
+        over the available features, the code path of every sampler without ``sparse=True``.
     """
 
     bins: Array
@@ -118,6 +123,7 @@ class TreeData(NamedTuple):
     level_masks: Array | None = None
     missing_code: Array | None = None
     box_levels: Array | None = None
+    feature_log_weight: Array | None = None
 
 
 #: Largest number of bins per feature for which :class:`TreeData` keeps ``bin_onehot``.

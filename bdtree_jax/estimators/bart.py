@@ -26,7 +26,9 @@ from ..methods._memory import check_bart
 from ..methods.base import check_checkpoint, check_seed
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
+from ..kernels.dart import dart
 from ._checks import _FeatureChecks
+from ._sparse import SparseMixin
 
 __all__ = ["BARTClassifier", "BARTRegressor"]
 
@@ -35,7 +37,7 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-class _BARTEstimator(_FeatureChecks, BaseEstimator):
+class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
     """What the BART estimators share: parameter checks, the problem's options, the run and the
     variable importances."""
 
@@ -89,6 +91,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         real("k", lambda v: v > 0, "> 0")
         for check in self._extra_reals():
             real(*check)
+        self._dart_config()
 
     def _problem_options(self) -> dict:
         """The options both problem builders take, from the (checked) parameters."""
@@ -109,6 +112,8 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                 check_rows(problem.data, plan.data_shards)
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}: {e}") from None
+        self._check_sparse_problem(_general(problem))
+        dart_config = self._dart_config()
         dtypes = cgm.CGMConfig.from_prior(problem.prior, n_features=problem.n_features,
                                           n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
         config = BARTConfig(int(self.num_trees), int(self.max_depth), self.tree_sampler,
@@ -120,8 +125,11 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
         check_bart(config, problem, int(self.num_chains), num_warmup, num_samples, min(100, num_iterations),
                    where=f"{type(self).__name__}: ")
         t0 = time.perf_counter()
+        if dart_config is not None:
+            fingerprint = tuple(fingerprint) + (dart_config,)
         traces, _ = run_chains(
-            self._kernel(config), self._run_data(problem), key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
+            self._kernel(config) if dart_config is None else dart(config, dart_config), self._run_data(problem),
+            key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
             num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
             fingerprint=(fingerprint[0], config) + tuple(fingerprint[1:]), description=fingerprint[0], plan=plan,
@@ -132,6 +140,7 @@ class _BARTEstimator(_FeatureChecks, BaseEstimator):
                     seconds_per_sweep=seconds / num_iterations)
         if thin != 1 or plan.data_shards != 1:
             info.update(thin=thin, data_shards=plan.data_shards)
+        traces = self._keep_sparse_traces(traces, num_warmup)
         self.posterior_ = check_convergence(self._posterior(traces, problem, config, num_warmup, info), stacklevel=3)
         self._record_features(problem.n_features, problem.feature_names)
         return self
@@ -232,11 +241,24 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         categorical features or missing cells every tree is updated by the general-rule kernels
         (``tree_sampler`` "grow-prune" or "cgm": the general-rule CGM chain; "pg": Particle Gibbs
         over general rules, level sets and missing-value bits drawn from the prior).
+    sparse : bool, default False
+        DART (Linero 2018, docs/methods/bart.md): a Dirichlet prior ``s ~ Dirichlet(theta/p)`` on
+        the split variables' probabilities, updated every sweep (:mod:`bdtree_jax.kernels.dart`);
+        ``variable_inclusion_`` and ``sparsity_summary()`` then report each feature's posterior
+        inclusion.  Numeric features without missing cells; ``tree_sampler`` "grow-prune" or "cgm".
+    sparse_theta : float or None, default None
+        DART's concentration ``theta``: None puts Linero's prior on it,
+        ``theta / (theta + sparse_rho) ~ Beta(sparse_a, sparse_b)``; a number fixes it.
+    sparse_a, sparse_b : float, default 0.5, 1.0
+    sparse_rho : float or None, default None (the number of features)
 
     Attributes
     ----------
     posterior_ : BARTPosterior
     feature_importances_ : (F,) posterior mean variable-inclusion proportions.
+    variable_inclusion_ : (F,) posterior inclusion probabilities (share of draws splitting on each feature).
+    split_probs_ : (C, S, F) the kept draws of DART's ``s``; ``theta_`` (C, S); ``s_acceptance_``,
+        ``theta_acceptance_`` (sparse=True only).
     n_features_in_ : int
     feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
     """
@@ -267,6 +289,11 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         leaf_dtype: str = "float32",
         categorical_features="from_dtype",
         missing: str = "mia",
+        sparse: bool = False,
+        sparse_theta: float | None = None,
+        sparse_a: float = 0.5,
+        sparse_b: float = 1.0,
+        sparse_rho: float | None = None,
     ):
         self._store(locals())
 
@@ -304,7 +331,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     ----------
     num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
     num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin, leaf_dtype,
-    categorical_features, missing
+    categorical_features, missing, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(num_trees))`` on the probit scale (Chipman et al. 2010's
@@ -317,7 +344,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     ----------
     classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
     posterior_ : BARTClassifierPosterior
-    feature_importances_, n_features_in_, feature_names_in_
+    feature_importances_, variable_inclusion_, split_probs_, theta_, s_acceptance_, theta_acceptance_,
+    n_features_in_, feature_names_in_
         As :class:`BARTRegressor`.
     """
 
@@ -346,6 +374,11 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         leaf_dtype: str = "float32",
         categorical_features="from_dtype",
         missing: str = "mia",
+        sparse: bool = False,
+        sparse_theta: float | None = None,
+        sparse_a: float = 0.5,
+        sparse_b: float = 1.0,
+        sparse_rho: float | None = None,
     ):
         self._store(locals())
 

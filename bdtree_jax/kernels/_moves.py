@@ -34,6 +34,7 @@ from ..priors import (
     child_bounds, draw_cut, leaf_size_log_prior, log_rule_prob, log_tree_prior, node_bounds, node_stats, split_mask,
 )
 from ..priors.boxes import violates_boxes_general
+from ..priors.feature_weights import pick_feature
 from ..priors.categorical import (
     available_levels, draw_rule_general, general_rules, log_rule_prob_general, log_tree_prior_general, rule_available,
 )
@@ -77,7 +78,8 @@ def with_scores(tree, leaf_id, stats, lo, hi, data: TreeData, beta, min_leaf_siz
     matters only to the ``valid_cuts="ancestors"`` truncation."""
     is_leaf = leaf_nodes(tree)
     log_lik = data.likelihood.log_lik(stats, is_leaf)
-    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side)
+    log_prior = log_tree_prior(tree, lo, hi, data.split_prob, data.cut_cumwidth, data.box_side,
+                               data.feature_log_weight)
     log_prior = log_prior + leaf_size_log_prior(data.likelihood.rows(stats), is_leaf, data, min_leaf_size)
     return CGMState(tree, leaf_id, stats, lo, hi, log_lik, log_prior, jnp.asarray(beta, jnp.float32))
 
@@ -179,12 +181,14 @@ def pick(mask: Array, u: Array) -> Array:
     return jnp.argmax(counts > k).astype(jnp.int32)
 
 
-def draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Array) -> tuple[Array, Array]:
-    """A rule from ``p_rule``: uniform valid feature, then a valid cut by inverse CDF of the cut
-    weights ``cumwidth`` (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`; uniform or by gap width,
-    see :mod:`bdtree_jax.priors`).  lo, hi: (F,)."""
+def draw_rule(u_feature: Array, u_cut: Array, lo: Array, hi: Array, cumwidth: Array,
+              log_weight: Array | None = None) -> tuple[Array, Array]:
+    """A rule from ``p_rule``: uniform valid feature (with ``log_weight`` (F,): by the weights,
+    :func:`~bdtree_jax.priors.feature_weights.pick_feature`), then a valid cut by inverse CDF of
+    the cut weights ``cumwidth`` (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`; uniform or by
+    gap width, see :mod:`bdtree_jax.priors`).  lo, hi: (F,)."""
     width = jnp.maximum(hi - lo, 0)
-    f = pick(width > 0, u_feature)
+    f = pick(width > 0, u_feature) if log_weight is None else pick_feature(width > 0, log_weight, u_feature)
     return f, draw_cut(cumwidth, f, lo[f], hi[f], u_cut)
 
 
@@ -195,7 +199,7 @@ def draw_prior_rule(u_feature: Array, u_cut: Array, u_nan: Array | None, key, lo
     ``key`` unused); general data: :func:`~bdtree_jax.priors.categorical.draw_rule_general` (the
     level set from ``key``, the missing-value bit ``u_nan < 1/2`` when ``nan_bits``)."""
     if not general_rules(data):
-        return Rule(*draw_rule(u_feature, u_cut, lo, hi, data.cut_cumwidth))
+        return Rule(*draw_rule(u_feature, u_cut, lo, hi, data.cut_cumwidth, data.feature_log_weight))
     return draw_rule_general(key, u_feature, u_cut, u_nan, lo, hi, levels, data, nan_bits)
 
 
@@ -204,7 +208,7 @@ def log_prior_rule(lo: Array, hi: Array, levels: Array | None, rule: Rule, data:
     (:func:`~bdtree_jax.priors.log_rule_prob`, or on general data
     :func:`~bdtree_jax.priors.categorical.log_rule_prob_general`)."""
     if not general_rules(data):
-        return log_rule_prob(lo, hi, rule.feature, rule.cut, data.cut_cumwidth)
+        return log_rule_prob(lo, hi, rule.feature, rule.cut, data.cut_cumwidth, data.feature_log_weight)
     return log_rule_prob_general(lo, hi, levels, rule, data)
 
 

@@ -342,7 +342,7 @@ def _prior_rule(uniforms: Array, key: PRNGKey | None, state: cgm.CGMState, node:
     ``fold_in(key, 0)``)."""
     lo, hi = state.lo[node], state.hi[node]
     if not general_rules(data):
-        return Rule(*draw_rule(uniforms[1], uniforms[2], lo, hi, data.cut_cumwidth))
+        return Rule(*draw_rule(uniforms[1], uniforms[2], lo, hi, data.cut_cumwidth, data.feature_log_weight))
     levels = None if state.levels is None else state.levels[node]
     return draw_rule_general(jax.random.fold_in(key, 1), uniforms[1], uniforms[2],
                              jax.random.uniform(jax.random.fold_in(key, 0)), lo, hi, levels, data,

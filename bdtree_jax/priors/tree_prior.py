@@ -17,6 +17,7 @@ from .._types import Array
 from ..data import SPLIT_PRIORS, VALID_CUTS
 from ..tree import MAX_DEPTH, Tree, active_nodes, in_subtree, leaf_nodes, max_depth_of, node_depths
 from .boxes import violates_boxes
+from .feature_weights import log_feature_prob, pick_feature
 from .pinball import (
     PinballTables, check_cgm_structure, log_pinball_structure, pinball_log_shape_parts, pinball_log_size, split_mask,
 )
@@ -131,9 +132,12 @@ def split_probability(prior: TreePrior) -> np.ndarray:
     return np.where(d < prior.max_depth, p, 0.0).astype(np.float32)
 
 
-def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array, cumwidth: Array) -> Array:
+def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array, cumwidth: Array,
+                  log_weight: Array | None = None) -> Array:
     """log p_rule(feature, cut | node) from the node's ``lo, hi`` (F,) and the cut weights
-    ``cumwidth`` (F, B) (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`); ``-inf`` if invalid."""
+    ``cumwidth`` (F, B) (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`); ``-inf`` if invalid.
+    ``log_weight`` (F,): the feature's probability is ``s_f / sum of the available s_k``
+    (:mod:`~bdtree_jax.priors.feature_weights`) instead of uniform."""
     width = jnp.maximum(hi - lo, 0)
     n_valid_features = jnp.sum(width > 0)
     B = cumwidth.shape[-1]
@@ -141,7 +145,8 @@ def log_rule_prob(lo: Array, hi: Array, feature: Array, cut: Array, cumwidth: Ar
     at = jnp.clip(jnp.stack([lo[feature], hi[feature], cut, cut + 1]), 0, B - 1)
     v = cumwidth.reshape(-1)[jnp.asarray(feature, jnp.int32) * B + at]
     ok = (cut >= lo[feature]) & (cut < hi[feature])
-    return jnp.where(ok, -jnp.log(n_valid_features) + jnp.log(v[3] - v[2]) - jnp.log(v[1] - v[0]), -jnp.inf)
+    log_feature = -jnp.log(n_valid_features) if log_weight is None else log_feature_prob(width > 0, log_weight, feature)
+    return jnp.where(ok, log_feature + jnp.log(v[3] - v[2]) - jnp.log(v[1] - v[0]), -jnp.inf)
 
 
 def log_cut_probs(cumwidth: Array, lo: Array, hi: Array) -> Array:
@@ -176,7 +181,7 @@ def splittable(lo: Array, hi: Array, split_prob: Array) -> Array:
 
 
 def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array | PinballTables, cumwidth: Array,
-                   box_side: Array | None = None) -> Array:
+                   box_side: Array | None = None, log_weight: Array | None = None) -> Array:
     """log p(T) under the truncated CGM98 prior, or the pinball prior when ``split_prob`` is a
     :class:`PinballTables`; ``-inf`` if a rule is invalid for its node or (with ``box_side``) the
     tree cuts through a constrained box.
@@ -194,6 +199,8 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array | Pinball
         (:attr:`~bdtree_jax.data.TreeData.split_prob` holds the one the prior needs).
     cumwidth : (F, B) cumulative cut weights (:attr:`~bdtree_jax.data.TreeData.cut_cumwidth`).
     box_side : (K, F, C) int8 from :func:`box_sides`, or None.
+    log_weight : (F,) log feature weights (DART's ``log s``,
+        :attr:`~bdtree_jax.data.TreeData.feature_log_weight`), or None for uniform features.
     """
     pinball = split_prob if isinstance(split_prob, PinballTables) else None
     if pinball is not None:
@@ -218,7 +225,12 @@ def log_tree_prior(tree: Tree, lo: Array, hi: Array, split_prob: Array | Pinball
     leaf_value = 1.0 if pinball is not None else 1.0 - jnp.where(can, split_prob, 0.0)
     value = jnp.where(tree.is_split, split_prob * (cum[:, 3] - cum[:, 2]) / jnp.where(denom > 0, denom, 1.0),
                       leaf_value)
+    if log_weight is not None:  # the feature's share s_f / sum_A s_k in place of 1 / n_valid
+        value = jnp.where(tree.is_split, value * n_valid, value)
     terms = jnp.where(invalid, -jnp.inf, jnp.log(jnp.where(invalid, 1.0, value)))
+    if log_weight is not None:
+        log_share = log_feature_prob(width > 0, log_weight, tree.feature)
+        terms = jnp.where(tree.is_split & ~invalid, terms + log_share, terms)
     log_p = jnp.sum(jnp.where(active, terms, 0.0))
     if pinball is not None:
         log_p = log_p + log_pinball_structure(tree, active, pinball)
@@ -294,9 +306,12 @@ def regrow_subtree(tree: Tree, leaf_id: Array, lo: Array, hi: Array, node: Array
         can = jnp.any(hi_l > lo_l, axis=-1) & (p > 0)
         grow_here = growing & can & (uniforms[level_slots, 0] < p)
         width = jnp.maximum(hi_l - lo_l, 0)
-        counts = jnp.cumsum((width > 0).astype(jnp.int32), axis=1)  # (count, F)
-        k = jnp.floor(uniforms[level_slots, 1] * counts[:, -1]).astype(jnp.int32)
-        feature = jnp.argmax(counts > k[:, None], axis=1).astype(jnp.int32)
+        if data.feature_log_weight is None:
+            counts = jnp.cumsum((width > 0).astype(jnp.int32), axis=1)  # (count, F)
+            k = jnp.floor(uniforms[level_slots, 1] * counts[:, -1]).astype(jnp.int32)
+            feature = jnp.argmax(counts > k[:, None], axis=1).astype(jnp.int32)
+        else:  # DART: features by their weights among the available ones
+            feature = pick_feature(width > 0, data.feature_log_weight, uniforms[level_slots, 1])
         lo_f = jnp.take_along_axis(lo_l, feature[:, None], axis=1)[:, 0]
         hi_f = jnp.take_along_axis(hi_l, feature[:, None], axis=1)[:, 0]
         cut = draw_cut(data.cut_cumwidth, feature, lo_f, hi_f, uniforms[level_slots, 2])
