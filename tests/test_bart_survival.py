@@ -135,6 +135,19 @@ def test_geweke_fails_when_censored_times_are_not_truncated(monkeypatch):
     assert np.any(np.abs(z) > 4.0), report
 
 
+@pytest.mark.slow
+def test_geweke_fails_when_the_sigma2_step_drops_its_jacobian(monkeypatch):
+    """Planted error: the sigma2 step's target written for sigma2 itself, not log sigma2."""
+    def no_jacobian(log_sigma2, fit, data):
+        sigma2 = jnp.exp(log_sigma2)
+        nu, lam = data.bart.nu, data.bart.lam
+        return bart_survival.observed_log_lik(fit, sigma2, data) - (0.5 * nu + 1.0) * log_sigma2 - 0.5 * nu * lam / sigma2
+
+    monkeypatch.setattr(bart_survival, "_log_sigma2_target", no_jacobian)
+    z, report = geweke_z()
+    assert np.any(np.abs(z) > 4.0), report
+
+
 # ----------------------------------------------------------------------------------------------
 # the estimator
 

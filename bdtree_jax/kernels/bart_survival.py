@@ -7,8 +7,15 @@ right-censored (only ``T_i > c_i`` known).  On the model's scale (``y`` = the lo
 BART rescales a response, :func:`~bdtree_jax.problem.bart.build_bart_problem`) a censored row's
 bound ``b_i`` is its rescaled ``log c_i``.
 
-One sweep is two exact Gibbs steps on the augmented posterior ``p(trees, sigma2, z | data)``:
+One sweep is three exact steps on the augmented posterior ``p(trees, sigma2, z | data)``:
 
+0. **sigma2 without the imputed times**: a random-walk Metropolis–Hastings step on ``log sigma2``
+   targeting ``p(sigma2 | trees, data)`` (the observed-data likelihood below times the scaled
+   inverse-chi2 prior), proposal sd ``1.7 / sqrt(events)`` (2.4 times the conditional's sd in
+   ``log sigma2`` when the events dominate).  ``z`` is not part of the chain's state, so this is a
+   valid step of a collapsed Gibbs sampler; it breaks the coupling between ``sigma2`` and the
+   censored rows' imputed times, which makes the plain data-augmentation chain slow when many rows
+   are censored.
 1. **Impute** every censored row's log time from its conditional
    ``z_i ~ N(f(x_i), sigma2)`` truncated to ``z_i > b_i`` (events keep ``z_i = y_i``): with
    ``w = (z - b) / sigma``, ``w ~ N((f - b) / sigma, 1)`` truncated to ``w > 0``, drawn by
@@ -29,14 +36,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import log_ndtr
+from jax.scipy.special import log_ndtr, ndtri
 
 from .._types import Array, PRNGKey
 from . import bart
 from .base import SamplingAlgorithm
 from .probit import draw_latents
 
-__all__ = ["SurvivalData", "impute", "step", "survival_bart", "observed_log_lik", "simulate", "geweke_step"]
+__all__ = ["SurvivalData", "impute", "update_sigma2", "step", "survival_bart", "observed_log_lik", "simulate", "geweke_step"]
 
 _LOG_2PI = 1.8378770664093453
 
@@ -71,19 +78,40 @@ def observed_log_lik(fit: Array, sigma2: Array, data: SurvivalData) -> Array:
     return jnp.sum(jnp.where(data.event, density, survival))
 
 
+def _log_sigma2_target(log_sigma2, fit, data: SurvivalData):
+    """() ``log p(sigma2 | trees, data)`` up to a constant, in ``log sigma2`` (Jacobian included):
+    the observed-data log-likelihood plus the scaled inverse-chi2 ``(nu, lam)`` prior."""
+    sigma2 = jnp.exp(log_sigma2)
+    nu, lam = data.bart.nu, data.bart.lam
+    return observed_log_lik(fit, sigma2, data) - 0.5 * nu * log_sigma2 - 0.5 * nu * lam / sigma2
+
+
+def update_sigma2(uniforms: Array, fit: Array, sigma2: Array, data: SurvivalData) -> Array:
+    """() ``sigma2`` after the random-walk MH step of the module docstring (step 0); ``uniforms``
+    (2,) the proposal's (by inversion) and the acceptance's."""
+    events = jnp.maximum(jnp.sum(data.event.astype(jnp.float32)), 1.0)
+    current = jnp.log(sigma2)
+    proposed = current + 1.7 / jnp.sqrt(events) * ndtri(jnp.clip(uniforms[0], 1e-7, 1.0 - 1e-7))
+    log_ratio = _log_sigma2_target(proposed, fit, data) - _log_sigma2_target(current, fit, data)
+    return jnp.where(jnp.log(uniforms[1]) < log_ratio, jnp.exp(proposed), sigma2).astype(jnp.float32)
+
+
 def step(draws, state: bart.BARTState, data: SurvivalData, config: bart.BARTConfig):
     """One sweep (module docstring) from its :func:`draw`: ``(state, BARTInfo)`` with
     ``train_log_lik`` the observed-data log-likelihood after the sweep."""
-    k_impute, sweep_draws = draws
+    k_impute, sigma_uniforms, sweep_draws = draws
+    if config.draws_sigma:
+        state = state._replace(sigma2=update_sigma2(sigma_uniforms, state.fit, state.sigma2, data))
     z = impute(k_impute, state.fit, state.sigma2, data)
     state, info = bart.step_with_draws(sweep_draws, state, data.bart._replace(y=z), config)
     return state, info._replace(train_log_lik=observed_log_lik(state.fit, state.sigma2, data))
 
 
 def draw(key: PRNGKey, config: bart.BARTConfig):
-    """The randomness of one sweep, from one split: the imputation's key and BART's sweep draws."""
-    k_impute, k_sweep = jax.random.split(key)
-    return k_impute, bart.draw(k_sweep, config)
+    """The randomness of one sweep, from one split: the imputation's key, the sigma2 step's (2,)
+    uniforms and BART's sweep draws."""
+    k_impute, k_sigma, k_sweep = jax.random.split(key, 3)
+    return k_impute, jax.random.uniform(k_sigma, (2,)), bart.draw(k_sweep, config)
 
 
 @functools.lru_cache(maxsize=16)
