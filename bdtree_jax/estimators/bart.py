@@ -26,6 +26,7 @@ from ..methods._memory import check_bart
 from ..methods.base import check_checkpoint, check_seed
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
+from . import bart_multiclass as _multiclass
 from ._checks import _FeatureChecks
 
 __all__ = ["BARTClassifier", "BARTRegressor"]
@@ -293,7 +294,10 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
 @accepts_renamed("n_trees")
 class BARTClassifier(ClassifierMixin, _BARTEstimator):
-    """Binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's ``outcome_type="binary"``).
+    """BART classification: binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's
+    ``outcome_type="binary"``) for two classes, multinomial logistic BART (Murray 2021's log-linear
+    BART, ``num_trees`` trees per class; :mod:`bdtree_jax.kernels.bart_multiclass`,
+    docs/methods/bart.md) for K >= 3.
 
     ``P(y = classes_[1] | x) = Phi(offset + sum of num_trees trees)``, sampled with Albert–Chib
     latents: every sweep draws ``z_i ~ N(f(x_i), 1)`` truncated to the side of 0 given by ``y_i``,
@@ -315,8 +319,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
 
     Attributes
     ----------
-    classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
-    posterior_ : BARTClassifierPosterior
+    classes_ : (K,) ndarray of the labels (sorted); with two, ``classes_[1]`` is the "positive" class.
+    posterior_ : BARTClassifierPosterior (two classes) or BARTMulticlassPosterior (K >= 3)
     feature_importances_, n_features_in_, feature_names_in_
         As :class:`BARTRegressor`.
     """
@@ -353,15 +357,31 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         return () if self.offset is None else (("offset", lambda v: True, "None or a finite number"),)
 
     def fit(self, X, y):
-        """Sample the posterior given training data (two classes); returns self."""
+        """Sample the posterior given training data; returns self.  Two classes: probit BART; three
+        or more: multinomial logistic log-linear BART (:mod:`~bdtree_jax.estimators.bart_multiclass`)."""
         self._check_params()
+        if _multiclass.is_multiclass(y):
+            return _multiclass.fit_multiclass(self, X, y)
         offset = None if self.offset is None else float(self.offset)
         problem = build_bart_probit_problem(X, y, offset=offset, **self._problem_options())
         self.classes_ = problem.classes
         return self._run(problem, ("bart-probit", problem.prior, self.k, problem.y_offset, self.max_cuts))
 
+    def _outcome_options(self, problem: BARTProblem) -> dict:
+        if problem.outcome == "multiclass":
+            return _multiclass.multiclass_options()
+        return super()._outcome_options(problem)
+
+    def _kernel(self, config: BARTConfig):
+        return bart(config) if config.binary else _multiclass.multiclass_kernel(config, len(self.classes_))
+
+    def _posterior(self, traces, problem, config, num_warmup, info):
+        if problem.outcome == "multiclass":
+            return _multiclass.multiclass_posterior(traces, problem, config, num_warmup, info)
+        return super()._posterior(traces, problem, config, num_warmup, info)
+
     def predict_proba(self, X) -> np.ndarray:
-        """(n, 2) posterior mean class probabilities, columns in the order of ``classes_``."""
+        """(n, K) posterior mean class probabilities, columns in the order of ``classes_``."""
         X = self._check_predict_X(X)
         return self.posterior_.predict_proba(X)
 
@@ -371,6 +391,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         return self.posterior_.predict(X)
 
     def predict_interval(self, X, prob: float = 0.9):
-        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``."""
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``, each (n,);
+        with K >= 3 classes of every class's probability, each (n, K)."""
         X = self._check_predict_X(X)
         return self.posterior_.predict_interval(X, prob=prob)
