@@ -17,11 +17,15 @@ __all__ = ["fit_multiclass", "is_multiclass", "multiclass_kernel", "multiclass_o
 def is_multiclass(y) -> bool:
     """Whether ``y`` holds three or more class labels (scikit-learn's ``type_of_target`` says
     "multiclass"); anything else goes to the probit path and its checks."""
+    import warnings
+
     from sklearn.utils.multiclass import type_of_target
 
     try:
-        return type_of_target(np.asarray(y) if not hasattr(y, "dtype") else y) == "multiclass"
-    except ValueError:
+        with warnings.catch_warnings():  # NaN or odd labels: the probit path's checks say what is wrong
+            warnings.simplefilter("ignore")
+            return type_of_target(np.asarray(y) if not hasattr(y, "dtype") else y) == "multiclass"
+    except (ValueError, TypeError):
         return False
 
 
