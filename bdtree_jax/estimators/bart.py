@@ -312,10 +312,12 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(num_trees))`` on the probit scale (Chipman et al. 2010's
-        binary default: the sum of trees has prior sd ``3 / k``).
+        binary default: the sum of trees has prior sd ``3 / k``); with K >= 3 classes the prior sd
+        of a leaf's ``log lambda`` (each class's ``log lambda_k`` has prior sd ``3 / k``).
     offset : float or None, default None
         Latent mean at which the trees start; None: ``Phi^-1(mean(y == classes_[1]))`` (bartz's
         and BayesTree's default), so the prior of ``P(y = 1 | x)`` is centred at the base rate.
+        Two classes only (K >= 3: the class offsets are the log class shares).
 
     Attributes
     ----------
