@@ -134,8 +134,8 @@ def step_with_draws(draws: MulticlassDraws, state: BARTState, data: BARTMulticla
 #: How a sweep runs the K classes' counts sweeps on the same kernel: "map" one class after another
 #: (``jax.lax.map``: each a counts sweep as it runs alone), or "vmap" batched over the class axis
 #: (where the counts sweep's ``lax.cond`` branches become selects that run both).  On a 2-core CPU
-#: (under load, n = 150 and 2,000, 50 trees per class) "map" cost 3.0-3.2 counts sweeps and "vmap"
-#: 3.4-3.7; the same draws give the same chain either way (float round-off aside).
+#: (under load, n = 150 and 2,000, 50 trees per class, benchmarks/bart_multiclass_speed.py) "map"
+#: cost 3.1-3.2 counts sweeps and "vmap" 2.6-4.5; the same draws give the same chain either way.
 CLASS_LOOP = "map"
 
 
