@@ -107,6 +107,7 @@ def test_sklearn_conventions_and_integer_labels():
     (dict(offset=0.0), "offset is the probit offset of two classes"),
     (dict(data_shards=2), "data_shards must be 1 with 3 or more classes"),
     (dict(num_trees=0), "num_trees must be an integer >= 1"),
+    (dict(num_samples=10**9), r"BARTClassifier: this run needs about .* 264,664 bytes per draw"),  # 3 x 200 trees
 ])
 def test_bad_input(params, match):
     X, y = np.random.default_rng(0).uniform(size=(9, 2)), np.arange(9) % 3

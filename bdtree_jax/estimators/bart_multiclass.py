@@ -8,6 +8,7 @@ import numpy as np
 
 from ..kernels.bart import BARTConfig
 from ..kernels.bart_multiclass import bart_multiclass
+from ..methods._memory import check_bart
 from ..posterior.bart_multiclass import bart_multiclass_posterior_from_traces
 from ..problem.bart_multiclass import build_bart_multiclass_problem
 
@@ -55,6 +56,11 @@ def fit_multiclass(estimator, X, y):
         raise ValueError(f"{name}: data_shards must be 1 with 3 or more classes (row sharding is not supported for "
                          f"multiclass BART yet); got {estimator.data_shards!r}.")
     problem = build_bart_multiclass_problem(X, y, **estimator._problem_options())
+    # the memory check of the run counts num_trees trees a draw; the draws hold K x num_trees
+    num_warmup, num_samples, thin = int(estimator.num_warmup), int(estimator.num_samples), int(estimator.thin)
+    check_bart(BARTConfig(int(estimator.num_trees) * problem.n_classes, int(estimator.max_depth),
+                          leaf_dtype=estimator.leaf_dtype, sample_sigma=False), problem, int(estimator.num_chains),
+               num_warmup, num_samples, min(100, num_warmup + num_samples * thin), where=f"{name}: ")
     estimator.classes_ = problem.classes
     return estimator._run(problem, ("bart-multiclass", problem.prior, estimator.k,
                                     tuple(float(v) for v in problem.offsets), estimator.max_cuts))
