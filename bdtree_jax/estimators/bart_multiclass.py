@@ -52,6 +52,8 @@ def fit_multiclass(estimator, X, y):
     if estimator.offset is not None:
         raise ValueError(f"{name}: offset is the probit offset of two classes; with 3 or more classes it must be "
                          f"None (the class offsets are the log class shares); got {estimator.offset!r}.")
+    if getattr(estimator, "sparse", False):  # DART's kernel is the probit / normal sweep's
+        raise ValueError(f"{name}: sparse=True (DART) is not supported with 3 or more classes yet.")
     if estimator.data_shards != 1:
         raise ValueError(f"{name}: data_shards must be 1 with 3 or more classes (row sharding is not supported for "
                          f"multiclass BART yet); got {estimator.data_shards!r}.")
