@@ -16,7 +16,7 @@ from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
-from .posterior import BARTClassifierPosterior, BARTPoissonPosterior, BARTPosterior, BARTSurvivalPosterior  # noqa: E402
+from .posterior import BARTClassifierPosterior, BARTMulticlassPosterior, BARTPoissonPosterior, BARTPosterior, BARTSurvivalPosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .api import load, sample  # noqa: E402
@@ -34,6 +34,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that is not ins
 __all__ = [
     "BARTClassifier",
     "BARTClassifierPosterior",
+    "BARTMulticlassPosterior",
     "BARTPoissonPosterior",
     "BARTPoissonRegressor",
     "BARTPosterior",

@@ -90,6 +90,7 @@ TYPES = {
     "BARTPosterior": "bdtree_jax.posterior.bart:BARTPosterior",
     "BARTClassifierPosterior": "bdtree_jax.posterior.bart:BARTClassifierPosterior",
     "BARTPoissonPosterior": "bdtree_jax.posterior.bart_poisson:BARTPoissonPosterior",
+    "BARTMulticlassPosterior": "bdtree_jax.posterior.bart_multiclass:BARTMulticlassPosterior",
     "BARTSurvivalPosterior": "bdtree_jax.posterior.bart_survival:BARTSurvivalPosterior",
     # sampler states and results in checkpoints (typed PRNG keys travel as HostKey)
     "HostKey": "bdtree_jax._checkpoint:HostKey",

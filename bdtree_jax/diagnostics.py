@@ -326,6 +326,9 @@ def predictive_draws(posterior):
         if posterior.train_bins is None:
             return None
         rows = _check_rows(posterior.train_bins.shape[0])
+        if hasattr(posterior, "_predictive_check"):  # multiclass BART: P(y = classes[k] | x), k >= 1
+            values, labels = posterior._predictive_check(rows)
+            return values, rows, labels
         values = posterior._draws_at(np.asarray(posterior.train_bins)[rows])[..., None]
         labels = None
         if isinstance(posterior, BARTClassifierPosterior):

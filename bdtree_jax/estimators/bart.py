@@ -27,6 +27,7 @@ from ..methods.base import check_checkpoint, check_seed
 from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
 from ..kernels.dart import dart
+from . import bart_multiclass as _multiclass
 from ._checks import _FeatureChecks
 from ._sparse import SparseMixin
 
@@ -103,9 +104,10 @@ class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
     def _sampler_name(self) -> str:
         return "bart"
 
-    def _run(self, problem: BARTProblem, fingerprint: tuple):
+    def _run(self, problem: BARTProblem, fingerprint: tuple, *, stacklevel: int = 3):
         """Sample ``problem`` and set ``posterior_``; ``fingerprint`` (its name first) identifies
-        the run's checkpoint together with the kernel's configuration."""
+        the run's checkpoint together with the kernel's configuration; ``stacklevel`` the frames
+        from here to the user's ``fit`` call, for the convergence warning."""
         try:
             plan = plan_chains(int(self.num_chains), data_shards=int(self.data_shards))
             if plan.data_shards > 1:
@@ -141,7 +143,8 @@ class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
         if thin != 1 or plan.data_shards != 1:
             info.update(thin=thin, data_shards=plan.data_shards)
         traces = self._keep_sparse_traces(traces, num_warmup)
-        self.posterior_ = check_convergence(self._posterior(traces, problem, config, num_warmup, info), stacklevel=3)
+        self.posterior_ = check_convergence(self._posterior(traces, problem, config, num_warmup, info),
+                                            stacklevel=stacklevel)
         self._record_features(problem.n_features, problem.feature_names)
         return self
 
@@ -320,7 +323,10 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
 @accepts_renamed("n_trees")
 class BARTClassifier(ClassifierMixin, _BARTEstimator):
-    """Binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's ``outcome_type="binary"``).
+    """BART classification: binary probit BART (Chipman, George & McCulloch 2010, §4.2; bartz's
+    ``outcome_type="binary"``) for two classes, multinomial logistic BART (Murray 2021's log-linear
+    BART, ``num_trees`` trees per class; :mod:`bdtree_jax.kernels.bart_multiclass`,
+    docs/methods/bart.md) for K >= 3.
 
     ``P(y = classes_[1] | x) = Phi(offset + sum of num_trees trees)``, sampled with Albert–Chib
     latents: every sweep draws ``z_i ~ N(f(x_i), 1)`` truncated to the side of 0 given by ``y_i``,
@@ -335,15 +341,17 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         As :class:`BARTRegressor`.
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(num_trees))`` on the probit scale (Chipman et al. 2010's
-        binary default: the sum of trees has prior sd ``3 / k``).
+        binary default: the sum of trees has prior sd ``3 / k``); with K >= 3 classes the prior sd
+        of a leaf's ``log lambda`` (each class's ``log lambda_k`` has prior sd ``3 / k``).
     offset : float or None, default None
         Latent mean at which the trees start; None: ``Phi^-1(mean(y == classes_[1]))`` (bartz's
         and BayesTree's default), so the prior of ``P(y = 1 | x)`` is centred at the base rate.
+        Two classes only (K >= 3: the class offsets are the log class shares).
 
     Attributes
     ----------
-    classes_ : (2,) ndarray of the labels (sorted); ``classes_[1]`` is the "positive" class.
-    posterior_ : BARTClassifierPosterior
+    classes_ : (K,) ndarray of the labels (sorted); with two, ``classes_[1]`` is the "positive" class.
+    posterior_ : BARTClassifierPosterior (two classes) or BARTMulticlassPosterior (K >= 3)
     feature_importances_, variable_inclusion_, split_probs_, theta_, s_acceptance_, theta_acceptance_,
     n_features_in_, feature_names_in_
         As :class:`BARTRegressor`.
@@ -386,15 +394,31 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         return () if self.offset is None else (("offset", lambda v: True, "None or a finite number"),)
 
     def fit(self, X, y):
-        """Sample the posterior given training data (two classes); returns self."""
+        """Sample the posterior given training data; returns self.  Two classes: probit BART; three
+        or more: multinomial logistic log-linear BART (:mod:`~bdtree_jax.estimators.bart_multiclass`)."""
         self._check_params()
+        if _multiclass.is_multiclass(y):
+            return _multiclass.fit_multiclass(self, X, y)
         offset = None if self.offset is None else float(self.offset)
         problem = build_bart_probit_problem(X, y, offset=offset, **self._problem_options())
         self.classes_ = problem.classes
         return self._run(problem, ("bart-probit", problem.prior, self.k, problem.y_offset, self.max_cuts))
 
+    def _outcome_options(self, problem: BARTProblem) -> dict:
+        if problem.outcome == "multiclass":
+            return _multiclass.multiclass_options()
+        return super()._outcome_options(problem)
+
+    def _kernel(self, config: BARTConfig):
+        return bart(config) if config.binary else _multiclass.multiclass_kernel(config, len(self.classes_))
+
+    def _posterior(self, traces, problem, config, num_warmup, info):
+        if problem.outcome == "multiclass":
+            return _multiclass.multiclass_posterior(traces, problem, config, num_warmup, info)
+        return super()._posterior(traces, problem, config, num_warmup, info)
+
     def predict_proba(self, X) -> np.ndarray:
-        """(n, 2) posterior mean class probabilities, columns in the order of ``classes_``."""
+        """(n, K) posterior mean class probabilities, columns in the order of ``classes_``."""
         X = self._check_predict_X(X)
         return self.posterior_.predict_proba(X)
 
@@ -404,6 +428,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         return self.posterior_.predict(X)
 
     def predict_interval(self, X, prob: float = 0.9):
-        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``."""
+        """``(lower, upper)`` equal-tailed credible interval of ``P(y = classes_[1] | x)``, each (n,);
+        with K >= 3 classes of every class's probability, each (n, K)."""
         X = self._check_predict_X(X)
         return self.posterior_.predict_interval(X, prob=prob)
