@@ -89,7 +89,7 @@ from ..problem.bart import BARTData, feature_bins
 from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
 from . import bart_moves, cgm, pg
 from ._moves import CGMState, mh_log_ratio, score
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
 
 __all__ = [
@@ -616,17 +616,7 @@ def bart(config: BARTConfig) -> SamplingAlgorithm:
     """BART as a :class:`SamplingAlgorithm` on :class:`BARTData` (for
     :func:`bdtree_jax.driver.run_chains`); cached per configuration so equal configurations share
     compiled programs."""
-
-    def init_fn(key, data):
-        return init(key, data, config)
-
-    def step_fn(draws, state, data):
-        return step_with_draws(draws, state, data, config)
-
-    def trace_fn(state, info):
-        return trace(state, info, config)
-
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
+    return with_config(init, step_with_draws, trace, draw, config)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from ..problem.bart_poisson import BARTPoissonData
 from ..tree import leaf_nodes, n_leaves
 from . import bart, bart_poisson
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, with_config
 
 __all__ = ["MulticlassDraws", "bart_multiclass", "class_data", "class_probs", "draw", "geweke_step", "init",
            "multiclass_config", "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
@@ -172,17 +172,7 @@ def bart_multiclass(config: BARTConfig, n_classes: int) -> SamplingAlgorithm:
     """Multiclass log-linear BART as a :class:`SamplingAlgorithm` on :class:`BARTMulticlassData`
     of ``n_classes`` classes (for :func:`bdtree_jax.driver.run_chains`); cached per configuration."""
     bart_poisson._check(config)
-
-    def init_fn(key, data):
-        return init(key, data, config)
-
-    def step_fn(draws, state, data):
-        return step_with_draws(draws, state, data, config)
-
-    def trace_fn(state, info):
-        return trace(state, info, config)
-
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config, n_classes=n_classes))
+    return with_config(init, step_with_draws, trace, draw, config, n_classes=n_classes)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from ..problem.bart_poisson import BARTPoissonData
 from ..tree import leaf_nodes, n_nodes
 from . import bart
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, with_config
 
 __all__ = ["bart_poisson", "draw", "geweke_step", "init", "poisson_config", "prior_draw", "simulate_y", "step",
            "step_with_draws", "trace"]
@@ -124,17 +124,7 @@ def bart_poisson(config: BARTConfig) -> SamplingAlgorithm:
     """Log-linear BART as a :class:`SamplingAlgorithm` on :class:`BARTPoissonData` (for
     :func:`bdtree_jax.driver.run_chains`); cached per configuration."""
     _check(config)
-
-    def init_fn(key, data):
-        return init(key, data, config)
-
-    def step_fn(draws, state, data):
-        return step_with_draws(draws, state, data, config)
-
-    def trace_fn(state, info):
-        return trace(state, info, config)
-
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
+    return with_config(init, step_with_draws, trace, draw, config)
 
 
 # ----------------------------------------------------------------------------------------------

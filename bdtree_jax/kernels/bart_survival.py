@@ -40,10 +40,10 @@ from jax.scipy.special import log_ndtr, ndtri
 
 from .._types import Array, PRNGKey
 from . import bart
-from .base import SamplingAlgorithm
+from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
 
-__all__ = ["SurvivalData", "impute", "update_sigma2", "step", "survival_bart", "observed_log_lik", "simulate", "geweke_step"]
+__all__ = ["SurvivalData", "init", "impute", "update_sigma2", "step", "survival_bart", "observed_log_lik", "simulate", "geweke_step"]
 
 _LOG_2PI = 1.8378770664093453
 
@@ -120,17 +120,12 @@ def survival_bart(config: bart.BARTConfig) -> SamplingAlgorithm:
     :func:`bdtree_jax.driver.run_chains`)."""
     if config.binary:
         raise ValueError("survival BART needs a continuous outcome configuration (outcome='continuous').")
+    return with_config(init, step, bart.trace, draw, config)
 
-    def init_fn(key, data):
-        return bart.init(key, data.bart, config)
 
-    def step_fn(draws, state, data):
-        return step(draws, state, data, config)
-
-    def trace_fn(state, info):
-        return bart.trace(state, info, config)
-
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
+def init(key: PRNGKey | None, data: SurvivalData, config: bart.BARTConfig) -> bart.BARTState:
+    """BART's initial state (:func:`bdtree_jax.kernels.bart.init`) on the survival data's inputs."""
+    return bart.init(key, data.bart, config)
 
 
 def simulate(key: PRNGKey, state: bart.BARTState, bound: Array, data: SurvivalData) -> SurvivalData:

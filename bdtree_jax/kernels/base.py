@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["SamplingAlgorithm"]
+__all__ = ["SamplingAlgorithm", "with_config"]
 
 
 class SamplingAlgorithm(NamedTuple):
@@ -31,3 +32,12 @@ class SamplingAlgorithm(NamedTuple):
     trace: Callable[..., Any]
     draw: Callable[..., Any] | None = None
     steps_per_pass: int = 1
+
+
+def with_config(init, step, trace, draw, config, **static) -> SamplingAlgorithm:
+    """The :class:`SamplingAlgorithm` of kernel functions that take their static ``config`` (and
+    any other ``static`` keywords, given to ``draw``) last: ``init(key, data, config)``,
+    ``step(draws, state, data, config)``, ``trace(state, info, config)``, ``draw(key, config,
+    **static)``."""
+    return SamplingAlgorithm(functools.partial(init, config=config), functools.partial(step, config=config),
+                             functools.partial(trace, config=config), functools.partial(draw, config=config, **static))
