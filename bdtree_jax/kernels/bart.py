@@ -106,7 +106,7 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: Sweeps between exact recomputations of the fit from the trees (in between it is updated tree
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
-CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
+CGM_MOVES = cgm.MOVE_PROBS
 #: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time:
 #: COUNT_BATCH (the (batch, n) masks stay in cache at large n), or all trees at once when they mask
 #: at most COUNT_ELEMENTS rows (one batch amortises XLA's per-operation cost: a fifth of a sweep at 1k rows).

@@ -83,11 +83,12 @@ from ._moves import (
 from .base import SamplingAlgorithm
 
 __all__ = [
-    "CGMConfig", "CGMState", "CGMInfo", "MOVES", "init", "draw", "step", "step_with_uniforms", "trace",
+    "CGMConfig", "CGMState", "CGMInfo", "MOVES", "MOVE_PROBS", "init", "draw", "step", "step_with_uniforms", "trace",
     "build_kernel", "cgm", "LocalProposal", "propose", "apply_local", "flip_proposal",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
+MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)  # CGM's default probabilities of MOVES
 _REVERSE = (1, 0, 2, 3)  # the move that undoes each of MOVES (a tuple: no JAX work on import)
 
 
@@ -123,14 +124,14 @@ class CGMConfig:
 
     max_depth: int
     min_leaf_size: int = 1
-    move_probs: tuple = (0.25, 0.25, 0.40, 0.10)
+    move_probs: tuple = MOVE_PROBS
     trace_dtypes: tuple = ("int32", "int32")
     incremental: bool = True
     general_rules: bool = False
 
     @classmethod
     def from_prior(
-        cls, prior: TreePrior, move_probs=(0.25, 0.25, 0.40, 0.10), n_features: int | None = None,
+        cls, prior: TreePrior, move_probs=MOVE_PROBS, n_features: int | None = None,
         n_cuts: int | None = None, incremental: bool = True, general_rules: bool = False,
     ) -> "CGMConfig":
         """Config for ``prior``; with the data's ``n_features`` and largest number of candidate

@@ -77,7 +77,7 @@ __all__ = ["TreeMHConfig", "StructureProposal", "init", "sweep", "fit_from_trees
            "accept_structure", "log_lik_change"]
 
 GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
-CGM_MOVES = (0.25, 0.25, 0.40, 0.10)
+CGM_MOVES = cgm.MOVE_PROBS
 _LOG_2PI = 1.8378770664093453
 
 

@@ -23,7 +23,7 @@ from .base import Kernel, MCMCMethod, with_tempering
 __all__ = ["CGM", "CGM_MOVE_PROBS", "PROPOSALS", "PINBALL_PROPOSALS"]
 
 #: CGM's default (grow, prune, change, swap) probabilities.
-CGM_MOVE_PROBS = (0.25, 0.25, 0.40, 0.10)
+CGM_MOVE_PROBS = cgm_kernel.MOVE_PROBS
 PROPOSALS = ("cgm", "regrow", "cgm+regrow", "cgm+perturb", "cgm+informed")
 #: The proposals whose MH ratios use the full prior ratio, hence any ``structure``.
 PINBALL_PROPOSALS = ("cgm", "cgm+perturb")
