@@ -184,6 +184,24 @@ def test_estimator_fits_censored_times(fitted):
     np.testing.assert_allclose(ll.sum(-1), model.posterior_.stats["train_log_lik"], rtol=1e-3)
 
 
+def test_survival_curves_streamed_in_row_chunks_match_all_draws_at_once(fitted, monkeypatch):
+    """A small prediction budget splits the rows into chunks; the curves and bands are those of
+    every draw at every row at once."""
+    from scipy.special import ndtr
+
+    from bdtree_jax.posterior import streaming
+
+    model, X, t, event = fitted
+    times = [0.5, 1.0, 2.0]
+    monkeypatch.setattr(streaming, "PREDICT_BUDGET_BYTES", 3000)
+    mean, lo, hi = model.predict_survival_function(X[120:], times, prob=0.9)
+    post = model.posterior_
+    s = ndtr((post.predict_draws(X[120:])[:, :, None] - np.log(times)) / post.sigma.reshape(-1)[:, None, None])
+    np.testing.assert_allclose(mean, s.mean(0))
+    np.testing.assert_allclose(lo, np.quantile(s, 0.05, axis=0))
+    np.testing.assert_allclose(hi, np.quantile(s, 0.95, axis=0))
+
+
 def test_structured_times_equal_two_arrays(fitted):
     """scikit-survival's (event, time) records are read as the two arrays."""
     model, X, t, event = fitted

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import streaming
 from .bart import BARTPosterior
+from .streaming import row_blocks
 
 __all__ = ["BARTSurvivalPosterior", "concordance_index"]
 
@@ -34,14 +36,18 @@ class BARTSurvivalPosterior(BARTPosterior):
             raise ValueError("times must be a non-empty array of finite numbers > 0.")
         if prob is not None and not 0 < prob < 1:
             raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
-        f = self.predict_draws(X)  # (D, n)
+        bins = self._bins(X)
+        n, D = len(bins), self.num_chains * self.num_draws
         sigma = np.asarray(self.sigma, np.float64).reshape(-1)[:, None, None]
-        s = ndtr((f[:, :, None] - np.log(times)[None, None, :]) / sigma)  # (D, n, T)
-        mean = s.mean(0)
-        if prob is None:
-            return mean
-        lo, hi = np.quantile(s, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
-        return mean, lo, hi
+        mean, lo, hi = (np.empty((n, times.size)) for _ in range(3))
+        # a chunk of rows at a time: every draw x the chunk's rows x the times within the budget
+        for start, stop in row_blocks(n, streaming.rows_per_chunk(n, D, (times.size + 1) * 8)):
+            f = self._draws_at(bins, start=start, stop=stop)  # (D, rows)
+            s = ndtr((f[:, :, None] - np.log(times)[None, None, :]) / sigma)  # (D, rows, T)
+            mean[start:stop] = s.mean(0)
+            if prob is not None:
+                lo[start:stop], hi[start:stop] = np.quantile(s, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+        return mean if prob is None else (mean, lo, hi)
 
     def predict_median(self, X) -> np.ndarray:
         """(n,) posterior mean of the median survival time ``exp(f(x))`` (the log-normal's median)."""
