@@ -84,6 +84,7 @@ def test_geweke_getting_it_right_short():
     assert np.all(np.abs(z) < 4.0), _report(z)
 
 
+@pytest.mark.slow
 def test_geweke_planted_error_fails():
     """The short check with ``phi`` drawn at the wrong rate (offsets left out) fails it (by far:
     z(sum log lam) = +75.5; at 16 chains x 1,000 sweeps +132)."""

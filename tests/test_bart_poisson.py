@@ -188,6 +188,7 @@ def test_single_tree_matches_enumeration_short():
     assert rate_err <= 0.06, rate_err
 
 
+@pytest.mark.slow
 def test_single_tree_planted_error_fails():
     """The short check with the rows' rates missing the exposure fails it (by far: TV 0.56)."""
     tv, rate_err = _single_tree_errors("cgm", rows=_rows_without_exposure)

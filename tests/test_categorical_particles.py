@@ -40,7 +40,8 @@ def _exact_tempered(prior, beta: float) -> dict:
 
 @pytest.mark.xla_optimized
 @pytest.mark.parametrize("valid_cuts,proposal,beta", [
-    ("data", "prior", 1.0), pytest.param("ancestors", "prior", 1.0, marks=pytest.mark.slow), ("data", "posterior", 0.5)])
+    pytest.param("data", "prior", 1.0, marks=pytest.mark.slow),
+    pytest.param("ancestors", "prior", 1.0, marks=pytest.mark.slow), ("data", "posterior", 0.5)])
 def test_pg_matches_exact_posterior(valid_cuts, proposal, beta):
     """Particle Gibbs (10 particles; level sets, missing bits and the children's availability
     from the categorical rule prior): every visited tree is in the exact support and the visit

@@ -249,31 +249,40 @@ def _friedman_frame(n=120, p=8, seed=0):
     return pd.DataFrame(X, columns=[f"c{i}" for i in range(p)]), y
 
 
+_END_TO_END = dict(num_trees=10, num_warmup=20, num_samples=15, num_chains=2, seed=4)
+
+
 @pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
 def test_estimators_sparse_end_to_end(tmp_path):
-    """sparse=True on both estimators: the kept draws of s (C, S, F) on the simplex, theta > 0,
-    the summary indexed by the DataFrame's columns; same seed, same draws (and a checkpoint
-    resumed gives them back); sparse=False has no s."""
+    """sparse=True on the regressor: the kept draws of s (C, S, F) on the simplex, theta > 0,
+    the summary indexed by the DataFrame's columns; a checkpoint resumed gives the same draws;
+    sparse=False has no s."""
     X, y = _friedman_frame()
-    kw = dict(num_trees=10, num_warmup=20, num_samples=15, num_chains=2, seed=4)
-    reg = bd.BARTRegressor(sparse=True, **kw).fit(X, y)
+    path = str(tmp_path / "dart.npz")
+    reg = bd.BARTRegressor(sparse=True, checkpoint=path, **_END_TO_END).fit(X, y)
     assert reg.split_probs_.shape == (2, 15, 8) and np.allclose(reg.split_probs_.sum(-1), 1.0, atol=1e-4)
     assert np.all(reg.theta_ > 0) and 0 <= reg.theta_acceptance_ <= 1
     summary = reg.sparsity_summary(prob=0.8)
     assert list(summary.index) == list(X.columns)
     assert {"inclusion", "split_share", "split_prob", "split_prob_lo", "split_prob_hi"} <= set(summary.columns)
     assert np.all((summary.split_prob_lo <= summary.split_prob) & (summary.split_prob <= summary.split_prob_hi))
-    path = str(tmp_path / "dart.npz")
-    again = bd.BARTRegressor(sparse=True, checkpoint=path, **kw).fit(X, y)
-    np.testing.assert_array_equal(again.split_probs_, reg.split_probs_)
-    resumed = bd.BARTRegressor(sparse=True, checkpoint=path, **kw).fit(X, y)
+    resumed = bd.BARTRegressor(sparse=True, checkpoint=path, **_END_TO_END).fit(X, y)
     np.testing.assert_array_equal(resumed.split_probs_, reg.split_probs_)
-    plain = bd.BARTRegressor(**kw).fit(X, y)
+    plain = bd.BARTRegressor(**_END_TO_END).fit(X, y)
     assert not hasattr(plain, "split_probs_") and plain.variable_inclusion_.shape == (8,)
     assert "split_prob" not in plain.sparsity_summary().columns
-    clf = bd.BARTClassifier(sparse=True, sparse_theta=1.0, **kw).fit(X, y > np.median(y))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
+def test_classifier_sparse_end_to_end():
+    """sparse=True on the classifier, theta fixed: same seed, same draws; s on the simplex."""
+    X, y = _friedman_frame()
+    clf = bd.BARTClassifier(sparse=True, sparse_theta=1.0, **_END_TO_END).fit(X, y > np.median(y))
     assert clf.split_probs_.shape == (2, 15, 8) and np.all(clf.theta_ == 1.0)
     assert clf.predict_proba(X).shape == (len(y), 2)
+    again = bd.BARTClassifier(sparse=True, sparse_theta=1.0, **_END_TO_END).fit(X, y > np.median(y))
+    np.testing.assert_array_equal(again.split_probs_, clf.split_probs_)
 
 
 @pytest.mark.parametrize("kwargs,match", [
