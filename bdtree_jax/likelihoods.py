@@ -352,6 +352,100 @@ class BARTLeafNormal(_PowerSums):
         return mean + sd * z
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["sigma2", "tau2"], meta_fields=[])
+@dataclass(frozen=True)
+class BARTLeafWeightedNormal:
+    """One tree's leaves when each row has its own precision weight and basis: given the other
+    trees, row ``i``'s partial residual is ``r_i ~ N(b_i mu, sigma2 / w_i)`` with ``mu ~ N(0, tau2)``
+    the value of its leaf.  ``w_i = 1, b_i = 1`` is :class:`BARTLeafNormal`; per-row ``w_i`` are
+    a variance forest's (heteroskedastic BART: ``sigma2 / w_i`` the row's variance), per-row
+    ``b_i`` a treatment forest's basis (BCF: ``tau(x) b_z``).
+
+    Point statistics ``[1, w b**2, w b r, w r**2]`` (n, 4): a node's are its row count ``n`` and
+    ``B = sum w b**2``, ``S = sum w b r``, ``Q = sum w r**2``.  ``mu | rows`` has precision
+    ``P = 1/tau2 + B/sigma2`` and mean ``(S/sigma2)/P``; the leaf's log marginal is::
+
+        log p(r) = sum_i [1/2 log(w_i / (2 pi sigma2))] - Q / (2 sigma2)       # same for every tree
+                   - 1/2 log(1 + tau2 B/sigma2) + S**2 / (2 sigma2**2 P)
+
+    :meth:`leaf_log_lik` and :meth:`log_lik` leave out ``1/2 sum log w_i``, which no grouping of
+    the rows changes (it cancels in every ratio a tree sampler reads).  ``sigma2`` and ``tau2`` are
+    pytree leaves: new values recompile nothing.
+    """
+
+    sigma2: float
+    tau2: float
+
+    @property
+    def n_stats(self) -> int:
+        return 4
+
+    def rows(self, stats: Array) -> Array:
+        """Rows behind sufficient statistics ``stats`` (..., 4) -> (...): the first column."""
+        return stats[..., 0]
+
+    def prepare(self, n_rows: int):
+        """Nothing to precompute (see :meth:`DirichletMultinomial.prepare`)."""
+        return self
+
+    @staticmethod
+    def row_stats(r: Array, w: Array, b: Array) -> Array:
+        """``[1, w b**2, w b r, w r**2]`` (n, 4) float32 of residuals, weights and bases, each (n,)."""
+        wb = w * b
+        return jnp.stack([jnp.ones_like(r), wb * b, wb * r, w * r * r], axis=-1).astype(jnp.float32)
+
+    def _precision(self, big_b: Array) -> Array:
+        """``1/tau2 + B/sigma2``: the precision of ``mu`` given a leaf's rows."""
+        return 1.0 / self.tau2 + big_b / self.sigma2
+
+    def _shrink(self, stats: Array) -> Array:
+        """The grouping-dependent part of the leaf log marginal,
+        ``-1/2 log(1 + tau2 B/sigma2) + S**2 / (2 sigma2**2 P)`` (0 for an empty leaf)."""
+        big_b, s = stats[..., 1], stats[..., 2]
+        return -0.5 * jnp.log1p(self.tau2 * big_b / self.sigma2) + 0.5 * s * s / (
+            self.sigma2 * self.sigma2 * self._precision(big_b))
+
+    def _rows(self, stats: Array) -> Array:
+        n, q = stats[..., 0], stats[..., 3]
+        return -0.5 * n * jnp.log(2.0 * jnp.pi * self.sigma2) - 0.5 * q / self.sigma2
+
+    def leaf_log_lik(self, stats: Array) -> Array:
+        """Log marginal of each node's residuals without ``1/2 sum log w_i``, ``stats.shape[:-1]``."""
+        return self._rows(stats) + self._shrink(stats)
+
+    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
+        """Sum of :meth:`leaf_log_lik` over leaves; ``stats`` (N, 4), ``is_leaf`` (N,) bool."""
+        total = jnp.sum(jnp.where(is_leaf[:, None], stats, 0.0), axis=0)
+        return self._rows(total) + jnp.sum(jnp.where(is_leaf, self._shrink(stats), 0.0))
+
+    def split_gain(self, stats: Array, is_leaf: Array, node: Array, left: Array) -> Array:
+        """``leaf_log_lik(left) + leaf_log_lik(right) - leaf_log_lik(node)`` for every candidate
+        ``left`` (..., 4) -> (...,) (the row-additive part cancels exactly)."""
+        del is_leaf  # factorises over leaves (sigma2 and the weights fixed within a tree update)
+        total = stats[node]
+        return self._shrink(left) + self._shrink(total - left) - self._shrink(total)
+
+    def leaf_posterior(self, stats: Array) -> tuple[Array, Array]:
+        """Mean and sd of ``mu | r`` in each node, each ``stats.shape[:-1]``."""
+        precision = self._precision(stats[..., 1])
+        return stats[..., 2] / self.sigma2 / precision, jax.lax.rsqrt(precision)
+
+    def leaf_mean(self, stats: Array) -> Array:
+        """Posterior mean of the leaf value, shape (..., 1)."""
+        return self.leaf_posterior(stats)[0][..., None]
+
+    def sample_leaf(self, key: Array, stats: Array) -> Array:
+        """Leaf values (..., 1) drawn from their conditional posterior."""
+        mean, sd = self.leaf_posterior(stats)
+        return (mean + sd * jax.random.normal(key, mean.shape))[..., None]
+
+    def draw_values(self, stats: Array, z: Array) -> Array:
+        """Leaf values ``mean + sd z`` (N,) of a tree's nodes ``stats`` (N, 4) given standard
+        normals ``z`` (N,): BART's backfitting draw (:func:`~bdtree_jax.kernels.bart._kernel_sweep`)."""
+        mean, sd = self.leaf_posterior(stats)
+        return mean + sd * z
+
+
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["a0", "b0"], meta_fields=[])
 @dataclass(frozen=True)
 class BARTLeafPoissonGamma:

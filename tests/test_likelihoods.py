@@ -61,3 +61,37 @@ def test_count_tables_equal_lgamma():
         direct = np.asarray(lik.leaf_log_lik(jnp.asarray(stats)))
         tabled = np.asarray(lik.prepare(120).leaf_log_lik(jnp.asarray(stats)))
         np.testing.assert_allclose(tabled, direct, rtol=2e-6, atol=1e-4)
+
+
+def test_weighted_normal_leaf_is_the_multivariate_normal_marginal():
+    """BARTLeafWeightedNormal: a leaf's log marginal is that of r ~ N(0, sigma2 diag(1/w) +
+    tau2 b b^T) (scipy, float64) up to 1/2 sum log w; the leaf posterior is the conjugate one;
+    with w = b = 1 it equals BARTLeafNormal (log marginal, split gain, posterior)."""
+    from scipy.stats import multivariate_normal
+
+    from bdtree_jax.likelihoods import BARTLeafNormal, BARTLeafWeightedNormal
+
+    rng = np.random.default_rng(3)
+    r, w, b = rng.normal(size=6), rng.uniform(0.3, 3.0, 6), rng.normal(size=6)
+    sigma2, tau2 = 0.7, 0.4
+    lik = BARTLeafWeightedNormal(sigma2, tau2)
+    stats = lik.row_stats(jnp.asarray(r), jnp.asarray(w), jnp.asarray(b)).sum(0)
+    cov = sigma2 * np.diag(1 / w) + tau2 * np.outer(b, b)
+    exact = multivariate_normal(np.zeros(6), cov).logpdf(r) - 0.5 * np.sum(np.log(w))
+    np.testing.assert_allclose(float(lik.leaf_log_lik(stats)), exact, rtol=1e-5)
+    precision = 1 / tau2 + np.sum(w * b * b) / sigma2
+    mean, sd = lik.leaf_posterior(stats)
+    np.testing.assert_allclose([float(mean), float(sd)],
+                               [np.sum(w * b * r) / sigma2 / precision, precision ** -0.5], rtol=1e-5)
+
+    ones = jnp.ones(6)
+    plain = BARTLeafNormal(sigma2, tau2)
+    unit = lik.row_stats(jnp.asarray(r), ones, ones)
+    both = jnp.stack([unit[:3].sum(0), unit[3:].sum(0), unit.sum(0)])
+    plain_stats = jnp.asarray(plain.point_stats(r))
+    plain_both = jnp.stack([plain_stats[:3].sum(0), plain_stats[3:].sum(0), plain_stats.sum(0)])
+    np.testing.assert_allclose(lik.leaf_log_lik(both), plain.leaf_log_lik(plain_both), rtol=1e-5)
+    is_leaf = jnp.array([False, False, True])
+    np.testing.assert_allclose(lik.split_gain(both, is_leaf, 2, both[0]),
+                               plain.split_gain(plain_both, is_leaf, 2, plain_both[0]), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(lik.leaf_posterior(both), plain.leaf_posterior(plain_both), rtol=1e-5)
