@@ -75,6 +75,7 @@ def _penguins():
     return X, species
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::bdtree_jax.data.MissingValueRoutingWarning")  # routing tested here; the warning in test_missing_routing.py
 def test_bart_pg_estimators_fit_tables_with_strings_and_missing_cells():
     """BARTRegressor and BARTClassifier with tree_sampler="pg" on raw penguins rows: the kept

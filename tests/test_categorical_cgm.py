@@ -105,7 +105,8 @@ def test_tempered_cgm_matches_exact_posterior():
     assert _tv(sampled, exact) < 0.04
 
 
-@pytest.mark.parametrize("with_cgm", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.slow
+@pytest.mark.parametrize("with_cgm", [False, True])
 def test_regrow_matches_exact_posterior(with_cgm):
     """Prune-and-regrow (subtrees redrawn from the prior with level partitions and missing bits),
     alone and mixed with CGM: within TV 0.04 of the exact posterior."""

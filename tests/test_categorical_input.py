@@ -281,6 +281,7 @@ def test_cli_config_keys():
 
 
 @pytest.mark.filterwarnings("ignore::bdtree_jax.data.MissingValueRoutingWarning")  # routing tested here; the warning in test_missing_routing.py
+@pytest.mark.slow
 def test_cgm_end_to_end_on_penguins():
     """Raw penguins (strings and NaN) through the classifier; prediction on an unseen island and on
     an array after a DataFrame fit."""

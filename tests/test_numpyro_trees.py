@@ -167,6 +167,7 @@ def test_cart_poisson_matches_enumeration():
                           _quadrature_marginal(lambda eta: poisson.logpmf(y[:, None], np.exp(eta)[None, :])), "mh")
 
 
+@pytest.mark.slow
 def test_bart_site_recovers_a_function_and_sigma():
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(300, 3))

@@ -149,6 +149,7 @@ def iris_fit():
     return X, y, clf.fit(X, y)
 
 
+@pytest.mark.slow
 @pytest.mark.xla_optimized
 def test_classifier_finds_the_papers_iris_tree(iris_fit):
     X, y, clf = iris_fit

@@ -316,7 +316,8 @@ def geweke_z(kind, seed=0, iters=G_ITERS):
     return z, sc.mean((0, 1)), exact
 
 
-@pytest.mark.parametrize("kind", ["poisson", pytest.param("bernoulli-logit", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["poisson", "bernoulli-logit"])
 def test_two_trees_geweke(kind):
     """Geweke (2004) on M = 2 trees (8 rows, depth <= 2, tau2 = 0.5): alternating ``y ~ p(y | f)``
     (Poisson with a log link, or Bernoulli-logit) with one sweep must leave the prior of trees

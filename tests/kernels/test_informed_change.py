@@ -92,7 +92,7 @@ def test_dropping_the_proposal_ratio_fails(toy_problem):
 @pytest.mark.xla_optimized
 @pytest.mark.parametrize("task, max_depth, min_leaf_size, n_temperatures", [
     ("classification", 2, 1, 1),
-    ("regression", 2, 1, 3),
+    pytest.param("regression", 2, 1, 3, marks=pytest.mark.slow),
     pytest.param("classification", 3, 2, 1, marks=pytest.mark.slow),
 ])
 def test_cgm_informed_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, n_temperatures):
