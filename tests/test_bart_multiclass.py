@@ -76,7 +76,6 @@ def _log_phi_wrong_rate(key, state, data):
     return jnp.log(e) - jax.nn.logsumexp(state.fit, axis=0)
 
 
-@pytest.mark.slow
 def test_geweke_getting_it_right_short():
     """The default job's Geweke check ("grow-prune"): 8 chains x 500 sweeps vs 20,000 forward
     draws, every |z| < 4 (observed max |z| 1.39)."""
