@@ -61,17 +61,21 @@ def test_regression_posterior_predictive_is_the_function_plus_noise(reg):
                                           else set(post.to_arviz(pointwise=False).groups()))
 
 
-def test_regression_loo_and_plot_ppc(reg):
-    _, idata, _ = reg
+def _loo_and_plot_ppc(idata) -> None:
+    """``az.loo`` gives a finite negative elpd and ``az.plot_ppc`` draws a figure (Agg)."""
     loo = az.loo(idata)
     elpd = float(loo.elpd if arviz_major_version() >= 1 else loo["elpd_loo"])
     assert np.isfinite(elpd) and elpd < 0
     plt.close("all")
     try:
-        az.plot_ppc(idata, num_pp_samples=20)
+        az.plot_ppc(idata, num_pp_samples=10)
         assert plt.get_fignums()
     finally:
         plt.close("all")
+
+
+def test_regression_loo_and_plot_ppc(reg):
+    _loo_and_plot_ppc(reg[1])
 
 
 def test_classifier_posterior_predictive_codes_loo_and_plot_ppc():
@@ -83,10 +87,4 @@ def test_classifier_posterior_predictive_codes_loo_and_plot_ppc():
     # rep = 1 where the uniform of key(seed) falls below Phi(f)
     u = np.asarray(jax.random.uniform(jax.random.key(0), rep.shape), np.float64)
     np.testing.assert_array_equal(rep, (u < ndtr(post.train_draws())).astype(float))
-    az.loo(idata)
-    plt.close("all")
-    try:
-        az.plot_ppc(idata, num_pp_samples=10)
-        assert plt.get_fignums()
-    finally:
-        plt.close("all")
+    _loo_and_plot_ppc(idata)
