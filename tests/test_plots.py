@@ -152,3 +152,13 @@ def test_levels_missing_side_and_regression_leaves():
         assert any(t.count("[") == 1 and "n=" in t for t in texts)
     finally:
         plt.close("all")
+
+
+def test_soft_structures_speak_names():
+    """The soft tree's ``most_visited_tree()`` writes its structures with the features' names."""
+    from bdtree_jax.posterior.soft import named_structure
+
+    names = ["sepal_length", "sepal_width", "petal_length", "petal_width"] + [f"c{i}" for i in range(7)]
+    assert named_structure("x2(x3(L,L),L)", names) == "petal_length(petal_width(L,L),L)"
+    assert named_structure("0.50*x1+0.50*x10<=0.3(L,L)", names) == "0.50*sepal_width+0.50*c6<=0.3(L,L)"
+    assert named_structure("S(S(L,L),L)", names) == "S(S(L,L),L)" and named_structure("x1(L,L)", None) == "x1(L,L)"
