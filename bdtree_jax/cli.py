@@ -67,7 +67,8 @@ posterior predictive's and the MAP tree's scores, boxes and log evidence; ``conv
 and ESS of every quantity the convergence check reads and whether it ``warned``, which it does on
 stderr as one line, ``bdtree: warning: ...``, naming ``--set`` options to try), the ArviZ file
 ``posterior.nc``, the saved :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
-likelihood and leaves) and ``map_tree.png``.
+likelihood and leaves), ``map_tree.png`` and ``top_trees.png`` (single hard trees: the most
+visited trees with Monte Carlo intervals).
 """
 
 from __future__ import annotations
@@ -551,6 +552,11 @@ def _plots(post, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "map_tree.png", dpi=110)
     plt.close(fig)
+    if hasattr(post, "plot_top_trees") and post.num_draws:  # the tree-space summary (docs/plots.md)
+        ax = post.plot_top_trees(k=10)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / "top_trees.png", dpi=110)
+        plt.close(ax.figure)
 
 
 def _override(config: dict, item: str) -> None:
@@ -656,7 +662,7 @@ def _main(argv) -> int:
             score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
             print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"],
                                   seconds=round(metrics["seconds"], 1), **score)))
-            print(f"wrote {out}/: metrics.json posterior.nc posterior.npz trace.png map_tree.png {_CHECKPOINT} "
+            print(f"wrote {out}/: metrics.json posterior.nc posterior.npz trace.png map_tree.png top_trees.png {_CHECKPOINT} "
                   "(a rerun resumes from the checkpoint; --fresh starts over)")
     except (ValueError, OSError) as err:
         print(f"bdtree: error: {err}", file=sys.stderr)

@@ -22,7 +22,7 @@ def pyplot():
     """``matplotlib.pyplot``, or an ``ImportError`` that says how to install matplotlib."""
     try:
         import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - matplotlib is a dependency of the package
+    except ImportError as err:  # matplotlib is a dependency, but an environment may lack it
         raise ImportError("bdtree_jax's plots need matplotlib: pip install matplotlib") from err
     return plt
 

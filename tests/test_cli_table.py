@@ -64,7 +64,7 @@ def test_run_on_a_csv_table(tmp_path, table, capsys):
     assert "petal" in metrics["most_visited_tree"] and "petal" in metrics["map_tree"]  # the table's names
     post = bd.load(tmp_path / "out" / "posterior.npz")
     assert post.feature_names == ["sepal_length", "sepal_width", "petal_length", "petal_width"]
-    assert (tmp_path / "out" / "map_tree.png").stat().st_size > 0
+    assert (tmp_path / "out" / "map_tree.png").stat().st_size > 0 and (tmp_path / "out" / "top_trees.png").stat().st_size
 
 
 def test_task_inference():

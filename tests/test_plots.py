@@ -162,3 +162,16 @@ def test_soft_structures_speak_names():
     assert named_structure("x2(x3(L,L),L)", names) == "petal_length(petal_width(L,L),L)"
     assert named_structure("0.50*x1+0.50*x10<=0.3(L,L)", names) == "0.50*sepal_width+0.50*c6<=0.3(L,L)"
     assert named_structure("S(S(L,L),L)", names) == "S(S(L,L),L)" and named_structure("x1(L,L)", None) == "x1(L,L)"
+
+
+def test_without_matplotlib_a_plot_says_how_to_install_it(iris, monkeypatch):
+    import sys
+
+    from bdtree_jax.plots import plot_top_trees
+
+    table = iris[0].top_trees()  # (ArviZ 0.2x imports matplotlib itself)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # import matplotlib.pyplot fails
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        plot_top_trees(table)
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        bd.tree.plot_tree(iris[0].tree(0, 0), iris[0].grid.thresholds)

@@ -10,7 +10,7 @@ import warnings
 import jax
 import numpy as np
 
-from ..tree import Tree, distinct_trees, leaf_nodes
+from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes
 from . import streaming
 from ._leaf_draws import _leaf_draws, _train_cell
 
@@ -86,14 +86,12 @@ def _leaf_draw_table(post, tree: Tree, num_draws: int, seed: int) -> tuple[np.nd
     draw_chunk, _ = streaming.plan(R, post.train_stats.shape[0], _train_cell(post.train_stats.shape[1]))
     bins, stats = post._train_blocks(draw_chunk)
     keys = jax.random.split(jax.random.key(seed), R)
+    trees = jax.tree.map(lambda a: np.broadcast_to(np.asarray(a), (draw_chunk,) + np.shape(a)), tree)
     params = []
-    for s in range(0, R, draw_chunk):
+    for s in range(0, R, draw_chunk):  # fixed-size chunks (the last padded): one compiled program
         m = min(draw_chunk, R - s)
         idx = np.concatenate([np.arange(s, s + m), np.full(draw_chunk - m, s)])
-        trees = jax.tree.map(lambda a: np.broadcast_to(np.asarray(a), (draw_chunk,) + np.shape(a)), tree)
         params.append(np.asarray(_leaf_draws(keys[idx], trees, bins, stats, post.likelihood)[0])[:m])
-    from ..tree import leaf_index
-
     rows = np.bincount(np.asarray(leaf_index(jax.tree.map(np.asarray, tree), post.train_bins)),
                        minlength=tree.is_split.shape[-1])
     return np.concatenate(params), rows
