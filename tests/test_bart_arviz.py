@@ -88,3 +88,14 @@ def test_classifier_posterior_predictive_codes_loo_and_plot_ppc():
     u = np.asarray(jax.random.uniform(jax.random.key(0), rep.shape), np.float64)
     np.testing.assert_array_equal(rep, (u < ndtr(post.train_draws())).astype(float))
     _loo_and_plot_ppc(idata)
+
+
+def test_survival_has_a_log_likelihood_but_no_replicates():
+    """Survival BART: ``log_likelihood`` for LOO, no ``posterior_predictive`` (a replicated log time
+    is not comparable with a censored row's censoring time)."""
+    rng = np.random.default_rng(1)
+    post = _posterior(bd.BARTSurvivalPosterior, rng.normal(size=n), event=rng.random(n) < 0.7)
+    idata = post.to_arviz()
+    groups = set(idata.children) if arviz_major_version() >= 1 else set(idata.groups())
+    assert "posterior_predictive" not in groups and {"log_likelihood", "observed_data"} <= groups
+    np.testing.assert_allclose(idata["log_likelihood"]["y"].values, post.pointwise_log_likelihood())
