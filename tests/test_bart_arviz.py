@@ -68,7 +68,10 @@ def _loo_and_plot_ppc(idata) -> None:
     assert np.isfinite(elpd) and elpd < 0
     plt.close("all")
     try:
-        az.plot_ppc(idata, num_pp_samples=10)
+        if arviz_major_version() >= 1:
+            az.plot_ppc_dist(idata)  # ArviZ 1.x (arviz-plots) names it so
+        else:
+            az.plot_ppc(idata, num_pp_samples=10)
         assert plt.get_fignums()
     finally:
         plt.close("all")
