@@ -271,7 +271,8 @@ def _datasets() -> tuple:
 
 def _check_data_keys(config: dict, *, where: str) -> None:
     """``dataset`` (or the user table's ``data``, ``target``, ``features``), ``split`` and
-    ``task``: a ``ValueError`` with a "did you mean" for a typo."""
+    ``task``: a ``ValueError`` with a "did you mean" for a typo.  A table's task, inferred when
+    absent, is written to ``config["task"]``."""
     from . import datasets
 
     name, split = config.get("dataset"), config["split"]
@@ -328,21 +329,21 @@ def _flat_options(config: dict, *, where: str) -> dict:
 
 
 def _load_data(config):
+    """``(task, X_train, y_train, X_test, y_test)`` of a checked config: a bundled dataset or the
+    user's table (``data``), split as ``split`` says."""
     from . import datasets
 
     name, split = config.get("dataset"), config["split"]
     task = config.get("task") or ("regression" if name in datasets.REGRESSION + ("cgm",) else "classification")
     if "data" in config:
         task, X, y = check_table(config)
+    elif name == "cgm" and split != "paper":
+        X, y = datasets.make_cgm(800, seed=int(config.get("seed", 0)))
+    elif split != "paper":
+        X, y = datasets.load(name)
     if split == "paper":
         X_train, y_train, X_test, y_test = datasets.load_split(name)
     else:
-        if "data" in config:
-            pass
-        elif name == "cgm":
-            X, y = datasets.make_cgm(800, seed=int(config.get("seed", 0)))
-        else:
-            X, y = datasets.load(name)
         if split == "none":
             X_train, y_train, X_test, y_test = X, y, X, y
         else:
