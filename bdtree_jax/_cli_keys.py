@@ -7,8 +7,11 @@ __all__ = ["KEY_HELP"]
 KEY_HELP = {
     "name": "run name",
     "dataset": "a bdtree_jax.datasets name, or cgm (CGM98's simulated data)",
+    "data": "your table instead of a dataset: a .csv file (or .parquet, with pyarrow installed)",
+    "target": "with data: the column to predict",
+    "features": "with data: the feature columns (a list of names; default: every column but target)",
     "split": "paper (the paper's split), none (train = test = all rows) or a test fraction such as 0.3",
-    "task": "classification or regression",
+    "task": "classification or regression (with data, inferred: labels or a few whole numbers are classes)",
     "method": "the method's name, or a mapping {name: ..., option: value, ...}",
     "output": "folder of the results and the checkpoint (a rerun resumes from it)",
     "tempering": "a mapping {num_temperatures: ..., delta_t: ...} (or give them at the top level)",

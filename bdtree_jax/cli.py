@@ -11,6 +11,10 @@ A config is a YAML mapping (an unknown key is an error naming the closest known 
     split: paper              # "paper" (load_split), "none" (train = test = all rows), or a
                               # test fraction such as 0.3 (stratified for classification, seeded)
     task: classification      # optional; inferred from the dataset
+    # or your own table in place of dataset: (split then defaults to 0.3):
+    # data: my.csv            # a CSV file (or .parquet, with pyarrow installed)
+    # target: label           # the column to predict
+    # features: [a, b, c]     # optional: the feature columns (default: every other column)
     method: cgm               # cgm, hmc-df, hmc-dfi, pcfg, smc, pg or wu
     max_depth: 6              # prior: max_depth, alpha, beta, min_leaf_size, split_prior
     alpha: 0.95               #        (uniform | range), valid_cuts, structure (cgm | pinball),
@@ -63,7 +67,8 @@ posterior predictive's and the MAP tree's scores, boxes and log evidence; ``conv
 and ESS of every quantity the convergence check reads and whether it ``warned``, which it does on
 stderr as one line, ``bdtree: warning: ...``, naming ``--set`` options to try), the ArviZ file
 ``posterior.nc``, the saved :class:`~bdtree_jax.posterior.Posterior`, ``trace.png`` (log
-likelihood and leaves) and ``map_tree.png``.
+likelihood and leaves), ``map_tree.png`` and ``top_trees.png`` (single hard trees: the most
+visited trees with Monte Carlo intervals).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._cli_data import TABLE_KEYS, check_table
 from ._cli_keys import KEY_HELP as _KEY_HELP
 from ._devices import use_cpu_cores_unless_chosen
 from ._renamed import RENAMED, renamed, warn_renamed
@@ -97,16 +103,17 @@ _MODEL_KEYS = set(PRIOR_OPTIONS) | set(LEAF_OPTIONS) | _METHOD_KEYS | set(TEMPER
 _SAMPLER_KEYS = {"num_warmup", "num_samples", "num_chains", "seed", "block_size", "thin", "data_shards", "run_until"}
 #: How the table's columns are read (docs/categorical-missing.md).
 _DATA_KEYS = {"categorical_features", "missing"}
-_RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering"}
+_RUN_KEYS = {"name", "dataset", "split", "task", "method", "output", "tempering", *TABLE_KEYS}
 ALLOWED_KEYS = _MODEL_KEYS | _SAMPLER_KEYS | _DATA_KEYS | _RUN_KEYS
 #: The keys' earlier names, ``{old: new}`` (read with a ``DeprecationWarning``).
 _OLD_KEYS = {old: new for old, new in RENAMED.items() if new in ALLOWED_KEYS}
 #: The checkpoint's file name in the output folder.
 _CHECKPOINT = "checkpoint.npz"
 #: Defaults of the run keys that are not :func:`~bdtree_jax.sample`'s arguments.
-_RUN_DEFAULTS = {"name": "the file's name", "dataset": "(required)", "split": "paper", "task": "from the dataset",
-                 "method": inspect.signature(sample).parameters["method"].default, "output": "runs/NAME",
-                 "tempering": "null"}
+_RUN_DEFAULTS = {"name": "the file's name", "dataset": "(or data)", "split": "paper (data: 0.3)",
+                 "task": "from the data", "method": inspect.signature(sample).parameters["method"].default,
+                 "output": "runs/NAME", "tempering": "null", "data": "(or dataset)", "target": "(with data)",
+                 "features": "all but target"}
 
 
 def _did_you_mean(words, choices) -> str:
@@ -144,7 +151,8 @@ def config_keys() -> list:
 
     arguments = inspect.signature(sample).parameters
     leaf = {f.name: f.default for f in dataclasses.fields(DirichletMultinomial)}
-    rows = [("run", k, _RUN_DEFAULTS[k]) for k in ("name", "dataset", "split", "task", "method", "output", "tempering")]
+    rows = [("run", k, _RUN_DEFAULTS[k]) for k in ("name", "dataset", *TABLE_KEYS, "split", "task", "method", "output",
+                                                   "tempering")]
     rows += [("data", k, arguments[k].default) for k in sorted(_DATA_KEYS)]
     rows += [("prior", k, getattr(TreePrior(), k)) for k in PRIOR_OPTIONS]
     rows += [("leaves", k, leaf.get(k)) for k in LEAF_OPTIONS]
@@ -231,11 +239,12 @@ def load_config(config, overrides=()) -> dict:
     if unknown:
         raise ValueError(f"{path}: unknown config keys {unknown}{_did_you_mean(unknown, ALLOWED_KEYS)} "
                          "`bdtree config-keys` lists the keys.")
-    if "dataset" not in config:
-        raise ValueError(f"{path}: the config needs a 'dataset' key.")
+    if "dataset" not in config and "data" not in config:
+        raise ValueError(f"{path}: the config needs a 'dataset' key (a bundled dataset) or a 'data' key (a CSV or "
+                         "parquet file, with target:).")
     config.setdefault("name", source.name.removesuffix(".yaml"))
     config.setdefault("method", _RUN_DEFAULTS["method"])
-    config.setdefault("split", _RUN_DEFAULTS["split"])
+    config.setdefault("split", 0.3 if "data" in config else "paper")
     config.setdefault("output", os.path.join("runs", config["name"]))
     _check_data_keys(config, where=f"{path}: ")
     _flat_options(config, where=f"{path}: ")
@@ -261,11 +270,24 @@ def _datasets() -> tuple:
 
 
 def _check_data_keys(config: dict, *, where: str) -> None:
-    """``dataset``, ``split`` and ``task``: a ``ValueError`` with a "did you mean" for a typo."""
+    """``dataset`` (or the user table's ``data``, ``target``, ``features``), ``split`` and
+    ``task``: a ``ValueError`` with a "did you mean" for a typo.  A table's task, inferred when
+    absent, is written to ``config["task"]``."""
     from . import datasets
 
-    name, split = config["dataset"], config["split"]
-    if name not in _datasets():
+    name, split = config.get("dataset"), config["split"]
+    if config.get("task") not in (None, "classification", "regression"):
+        raise ValueError(f"{where}task must be classification or regression; got {config['task']!r}"
+                         f"{_did_you_mean(config['task'], ('classification', 'regression'))}")
+    if "data" in config:
+        if split == "paper":
+            raise ValueError(f"{where}split: paper is for the bundled datasets; give a test fraction such as 0.3, "
+                             "or none.")
+        config["task"] = check_table(config, where=where, did_you_mean=_did_you_mean)[0]
+    elif "target" in config or "features" in config:
+        raise ValueError(f"{where}{'target' if 'target' in config else 'features'}: is for your own table; give it "
+                         "with data: path.csv (a bundled dataset knows its target and features).")
+    elif name not in _datasets():
         raise ValueError(f"{where}unknown dataset {name!r}{_did_you_mean(name, _datasets())} Available datasets: "
                          f"{', '.join(_datasets())}.")
     if split == "paper" and name not in datasets.SPLITS:
@@ -275,9 +297,6 @@ def _check_data_keys(config: dict, *, where: str) -> None:
                                            or not 0 < split < 1):
         raise ValueError(f"{where}split must be paper, none or a test fraction in (0, 1); got {split!r}"
                          f"{_did_you_mean(split, ('paper', 'none'))}")
-    if config.get("task") not in (None, "classification", "regression"):
-        raise ValueError(f"{where}task must be classification or regression; got {config['task']!r}"
-                         f"{_did_you_mean(config['task'], ('classification', 'regression'))}")
 
 
 def _method_name(config: dict) -> str:
@@ -310,17 +329,21 @@ def _flat_options(config: dict, *, where: str) -> dict:
 
 
 def _load_data(config):
+    """``(task, X_train, y_train, X_test, y_test)`` of a checked config: a bundled dataset or the
+    user's table (``data``), split as ``split`` says."""
     from . import datasets
 
-    name, split = config["dataset"], config["split"]
+    name, split = config.get("dataset"), config["split"]
     task = config.get("task") or ("regression" if name in datasets.REGRESSION + ("cgm",) else "classification")
+    if "data" in config:
+        task, X, y = check_table(config)
+    elif name == "cgm" and split != "paper":
+        X, y = datasets.make_cgm(800, seed=int(config.get("seed", 0)))
+    elif split != "paper":
+        X, y = datasets.load(name)
     if split == "paper":
         X_train, y_train, X_test, y_test = datasets.load_split(name)
     else:
-        if name == "cgm":
-            X, y = datasets.make_cgm(800, seed=int(config.get("seed", 0)))
-        else:
-            X, y = datasets.load(name)
         if split == "none":
             X_train, y_train, X_test, y_test = X, y, X, y
         else:
@@ -455,7 +478,7 @@ def run_config(config: dict, *, progress: bool | None = None, fresh: bool = Fals
     per_chain = draws.reshape(C, S, *draws.shape[1:]).mean(1)
     y_true = np.asarray(y_test)
     metrics = dict(
-        name=config["name"], dataset=config["dataset"], method=_method_name(config), task=task,
+        name=config["name"], dataset=config.get("dataset", config.get("data")), method=_method_name(config), task=task,
         n_train=int(len(y_train)), n_test=int(len(y_test)), num_chains=C, num_draws_per_chain=S,
         seconds=seconds, resumed_from=resumed_from, config={k: v for k, v in config.items()},
     )
@@ -530,6 +553,11 @@ def _plots(post, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "map_tree.png", dpi=110)
     plt.close(fig)
+    if hasattr(post, "plot_top_trees") and post.num_draws:  # the tree-space summary (docs/plots.md)
+        ax = post.plot_top_trees(k=10)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / "top_trees.png", dpi=110)
+        plt.close(ax.figure)
 
 
 def _override(config: dict, item: str) -> None:
@@ -635,7 +663,7 @@ def _main(argv) -> int:
             score = {k: v for k, v in metrics.items() if k.startswith("test_") and not k.endswith("per_chain")}
             print(json.dumps(dict(name=metrics["name"], leaves_mean=metrics["leaves_mean"],
                                   seconds=round(metrics["seconds"], 1), **score)))
-            print(f"wrote {out}/: metrics.json posterior.nc posterior.npz trace.png map_tree.png {_CHECKPOINT} "
+            print(f"wrote {out}/: metrics.json posterior.nc posterior.npz trace.png map_tree.png top_trees.png {_CHECKPOINT} "
                   "(a rerun resumes from the checkpoint; --fresh starts over)")
     except (ValueError, OSError) as err:
         print(f"bdtree: error: {err}", file=sys.stderr)

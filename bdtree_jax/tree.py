@@ -450,7 +450,8 @@ def over_draws(program, trees, idx: np.ndarray, chunk: int = 256):
     return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *outs)
 
 
-def to_string(tree: Tree, thresholds: np.ndarray, levels: Sequence | None = None) -> str:
+def to_string(tree: Tree, thresholds: np.ndarray, levels: Sequence | None = None,
+              feature_names: Sequence[str] | None = None) -> str:
     """The tree in the library's canonical grammar.
 
     Leaf ``L``; split ``x{f}<={t}({left},{right})`` where the left child holds ``x_f <= t``.
@@ -462,6 +463,10 @@ def to_string(tree: Tree, thresholds: np.ndarray, levels: Sequence | None = None
     levels : per feature, its level labels if it is categorical, else None (the grid's
         ``levels``); categorical rules print ``x{f}in{a,b}`` with the left levels' indices, and a
         tree with missing-value bits appends ``|NA=L`` or ``|NA=R`` to every rule.
+    feature_names : (F,) names, optional
+        Write each rule with the feature's name for ``x{f}`` and a categorical rule with its left
+        levels' labels for their indices (``petal_length<=2.45(L,L)``, ``island in{Dream}``): the
+        same grammar for people to read; :func:`from_string` parses only the index form.
 
     Examples
     --------
@@ -475,7 +480,7 @@ def to_string(tree: Tree, thresholds: np.ndarray, levels: Sequence | None = None
     def rec(i: int) -> str:
         if not is_split[i]:
             return "L"
-        return f"{_rule_string(tree, i, thresholds, levels)}({rec(2 * i + 1)},{rec(2 * i + 2)})"
+        return f"{_rule_string(tree, i, thresholds, levels, feature_names)}({rec(2 * i + 1)},{rec(2 * i + 2)})"
 
     return rec(0)
 
@@ -490,13 +495,17 @@ def _left_levels(tree: Tree, i: int) -> list[int]:
     return [32 * w + b for w in range(len(words)) for b in range(32) if (int(words[w]) >> b) & 1]
 
 
-def _rule_string(tree: Tree, i: int, thresholds, levels) -> str:
-    """The canonical text of node ``i``'s rule (docs/categorical-missing.md, "Tree strings")."""
+def _rule_string(tree: Tree, i: int, thresholds, levels, names=None) -> str:
+    """The canonical text of node ``i``'s rule (docs/categorical-missing.md, "Tree strings"); with
+    ``names``, the feature's name and the left levels' labels in place of their indices."""
     f = int(np.asarray(tree.feature)[i])
+    var = f"x{f}" if names is None else str(names[f])
     if _is_categorical(levels, f):
-        text = f"x{f}in{{{','.join(str(lv) for lv in _left_levels(tree, i))}}}"
+        left = _left_levels(tree, i)
+        text = f"x{f}in{{{','.join(map(str, left))}}}" if names is None else \
+            f"{var} in{{{','.join(str(levels[f][lv]) for lv in left)}}}"
     else:
-        text = f"x{f}<={_fmt(thresholds[f, int(np.asarray(tree.cut)[i])])}"
+        text = f"{var}<={_fmt(thresholds[f, int(np.asarray(tree.cut)[i])])}"
     if tree.nan_left is not None:
         text += "|NA=L" if bool(np.asarray(tree.nan_left)[i]) else "|NA=R"
     return text
@@ -617,41 +626,8 @@ def plot_tree(
     ax=None,
     levels: Sequence | None = None,
 ):
-    """Draw one tree with matplotlib (each split labelled with its left condition); returns the
-    Axes."""
-    import matplotlib.pyplot as plt
+    """Draw one tree with matplotlib: :func:`bdtree_jax.plots.draw_tree` (each split labelled
+    with its rule, the edges ``yes`` / ``no`` and the missing-value side); returns the Axes."""
+    from .plots import draw_tree
 
-    is_split = np.asarray(tree.is_split)
-    names = list(feature_names) if feature_names is not None else None
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
-    # x position of each leaf: in-order index; internal nodes centred over their children.
-    xpos: dict[int, float] = {}
-    order = [0]
-
-    def place(i: int) -> float:
-        if not is_split[i]:
-            xpos[i] = order[0]
-            order[0] += 1
-            return xpos[i]
-        xl, xr = place(2 * i + 1), place(2 * i + 2)
-        xpos[i] = (xl + xr) / 2
-        return xpos[i]
-
-    place(0)
-    depth = {i: int(np.floor(np.log2(i + 1))) for i in xpos}
-    for i, x in xpos.items():
-        y = -depth[i]
-        if is_split[i]:
-            for c in (2 * i + 1, 2 * i + 2):
-                ax.plot([x, xpos[c]], [y, -depth[c]], color="0.6", zorder=1)
-            text = _rule_text(tree, i, thresholds, levels, names)[0]
-            box = dict(boxstyle="round", fc="#dde8f5", ec="#4a6fa5")
-        else:
-            text = str(leaf_labels[i]) if leaf_labels is not None else "leaf"
-            box = dict(boxstyle="round", fc="#eef5dd", ec="#6a8f3a")
-        ax.text(x, y, text, ha="center", va="center", bbox=box, zorder=2, fontsize=9)
-    ax.set_xlim(-0.7, max(order[0] - 0.3, 0.7))
-    ax.set_ylim(-max(depth.values()) - 0.6, 0.6)
-    ax.axis("off")
-    return ax
+    return draw_tree(tree, thresholds, feature_names, leaf_labels, ax=ax, levels=levels)

@@ -65,6 +65,9 @@ def test_intervals_log_likelihood_importances(iris_fit):
     np.testing.assert_allclose(ll.reshape(200, -1), want, atol=1e-9)
     idata = post.to_arviz()
     assert idata["log_likelihood"]["y"].shape == (2, 100, len(X_tr))
+    rep = np.asarray(idata["posterior_predictive"]["y"].values)  # replicated class codes (az.plot_ppc)
+    assert rep.shape == (2, 100, len(X_tr)) and set(np.unique(rep)) <= {0.0, 1.0, 2.0}
+    assert np.mean(rep == codes) > 0.8  # the fit reproduces most training classes
     fi = clf.feature_importances_
     assert fi.shape == (4,) and fi.sum() == pytest.approx(1.0)
     assert post.summary().loc["train_accuracy", "mean"] > 0.9

@@ -90,6 +90,9 @@ def test_arviz_log_likelihood(fitted):
     assert ll.shape == (2, 30, len(y))
     mu = e * np.exp(fitted.posterior_.train_draws())
     np.testing.assert_allclose(ll, poisson.logpmf(y, mu))
+    rep = np.asarray(idata["posterior_predictive"]["y"].values)  # replicated counts (az.plot_ppc)
+    assert rep.shape == ll.shape and np.all(rep >= 0) and np.all(rep == np.round(rep))
+    np.testing.assert_allclose(rep.mean((0, 1)).sum(), mu.mean((0, 1)).sum(), rtol=0.05)
     assert "fit_mean" in idata["posterior"] and "sigma" not in idata["posterior"]
     with pytest.raises(AttributeError, match="no noise"):
         fitted.posterior_.sigma

@@ -31,7 +31,7 @@ def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
     for name in ("log_lik", "n_leaves", "predictive_mean"):
         assert {"rhat", "ess_bulk", "ess_tail"} <= set(convergence[name])
     assert convergence["predictive_mean"]["num_rows"] == 20
-    for name in ("posterior.nc", "posterior.npz", "trace.png", "map_tree.png"):
+    for name in ("posterior.nc", "posterior.npz", "trace.png", "map_tree.png", "top_trees.png"):
         assert (tmp_path / name).stat().st_size > 0
     import arviz as az
 

@@ -39,7 +39,8 @@ def test_classifier_predictions(fitted, iris):
     c, d = np.unravel_index(np.argmax(lp), lp.shape)
     assert bd.tree.to_string(post.map_tree(), post.grid.thresholds) == post.tree_strings()[c * post.num_draws + d]
     text, freq = post.most_visited_tree()
-    assert freq == max(post.tree_frequencies().values()) and text in post.tree_strings()
+    assert freq == max(post.tree_frequencies().values()) and text in post.tree_strings(names=True)
+    assert "petal" in text and post.most_visited_tree(names=False)[0] in post.tree_strings()
     assert "petal" in fitted.map_tree_text()
 
 

@@ -313,15 +313,27 @@ class BARTPosterior(Saveable):
         f = self.train_draws()
         return norm.logpdf(np.asarray(self.y_train, np.float64), f, np.asarray(self.sigma, np.float64)[..., None])
 
+    def posterior_predictive(self, seed: int = 0) -> np.ndarray | None:
+        """(C, S, n) float64 a replicated training response per draw, ``f(x_i) + sigma * eps`` with
+        ``eps = jax.random.normal(key(seed), (C, S, n))`` (what ``az.plot_ppc`` compares with the
+        observed ``y``); the classifier, Poisson and multiclass posteriors draw their own outcome
+        (class codes, counts).  None where a model has no such replicate (survival's censored
+        rows)."""
+        f = self.train_draws()
+        eps = np.asarray(jax.random.normal(jax.random.key(seed), f.shape), np.float64)
+        return f + np.asarray(self.sigma, np.float64)[..., None] * eps
+
     def _arviz_groups(self) -> tuple[dict, dict]:
         return {"sigma": self.stats["sigma"]}, {k: v for k, v in self.stats.items() if k != "sigma"}
 
-    def to_arviz(self, *, pointwise: bool = True):
+    def to_arviz(self, *, pointwise: bool = True, seed: int = 0):
         """ArviZ data (``InferenceData`` with ArviZ 0.2x, ``DataTree`` with 1.x): ``posterior``
         (``sigma``; the classifier: ``fit_mean``, ``fit_sd``), ``sample_stats`` (the other
         per-iteration scalars) and, with ``pointwise=True`` (and the training data held),
-        ``log_likelihood`` (``y``: :meth:`pointwise_log_likelihood`, dimension ``obs``; what
-        ``az.loo`` and ``az.waic`` read) and ``observed_data`` (``y``)."""
+        ``log_likelihood`` (``y``: :meth:`pointwise_log_likelihood`, (C, S, n), dimension ``obs``;
+        what ``az.loo`` and ``az.waic`` read), ``posterior_predictive`` (``y``:
+        :meth:`posterior_predictive` drawn from ``seed``, (C, S, n); what ``az.plot_ppc`` reads)
+        and ``observed_data`` (``y``, (n,))."""
         from .._arviz import make_inference_data
 
         posterior, sample_stats = self._arviz_groups()
@@ -329,6 +341,9 @@ class BARTPosterior(Saveable):
         dims = {}
         if pointwise and self.train_bins is not None and self.y_train is not None:
             groups["log_likelihood"] = {"y": self.pointwise_log_likelihood()}
+            replicate = self.posterior_predictive(seed)
+            if replicate is not None:
+                groups["posterior_predictive"] = {"y": replicate}
             groups["observed_data"] = {"y": np.asarray(self.y_train)}
             dims = {"y": ["obs"]}
         return make_inference_data(groups, dims=dims)
@@ -384,6 +399,15 @@ class BARTClassifierPosterior(BARTPosterior):
 
         sign = 2.0 * np.asarray(self.y_train, np.float64) - 1.0
         return np_log_ndtr(sign * self.train_draws())
+
+    def posterior_predictive(self, seed: int = 0) -> np.ndarray:
+        """(C, S, n) float64 replicated class codes per draw: ``1.0`` where
+        ``jax.random.uniform(key(seed), (C, S, n)) < Phi(f(x_i))``, else ``0.0``."""
+        from scipy.special import ndtr as np_ndtr
+
+        f = self.train_draws()
+        u = np.asarray(jax.random.uniform(jax.random.key(seed), f.shape), np.float64)
+        return (u < np_ndtr(f)).astype(np.float64)
 
     def _arviz_groups(self) -> tuple[dict, dict]:
         latent = ("fit_mean", "fit_sd")

@@ -57,6 +57,11 @@ class BARTSurvivalPosterior(BARTPosterior):
         """``(lower, upper)`` (n,) equal-tailed credible interval of the median survival time."""
         return self._interval_at(self._bins(X), prob, transform=np.exp)
 
+    def posterior_predictive(self, seed: int = 0) -> None:
+        """None: a replicated log time is not comparable with a censored row's censoring time, so
+        :meth:`to_arviz` has no ``posterior_predictive`` group here."""
+        return None
+
     def pointwise_log_likelihood(self) -> np.ndarray:
         """(C, S, n) observed-data ``log p(row i | draw)`` of the log times: ``log N(log t_i; f_i,
         sigma)`` for an event, ``log Phi((f_i - log c_i) / sigma)`` for a censored row."""

@@ -209,22 +209,35 @@ class Posterior(_DrawSummaries):
         """One draw's tree (numpy arrays)."""
         return jax.tree.map(lambda a: np.asarray(a[chain, draw]), self.trees)
 
-    # -- trees as text -------------------------------------------------------------------------
+    # -- trees as text, drawings and the tree space ----------------------------------------------
     @functools.cached_property
-    def _strings(self) -> list[str]:
+    def _string_table(self) -> tuple:
+        """The distinct trees' first draws (U,), each draw's distinct tree (D,), and the distinct
+        trees' strings: canonical (U,) and with the features' names (U,)."""
         flat = self._flat_trees()
         first, inverse, _ = distinct_trees(flat)
         levels = getattr(self.grid, "levels", None)
-        names = [to_string(jax.tree.map(lambda a: np.asarray(a)[i], flat), self.grid.thresholds, levels) for i in first]
-        return [names[k] for k in inverse]
+        one = [jax.tree.map(lambda a: np.asarray(a)[i], flat) for i in first]
+        return (first, inverse, [to_string(t, self.grid.thresholds, levels) for t in one],
+                [to_string(t, self.grid.thresholds, levels, self._names) for t in one])
 
-    def tree_strings(self) -> list[str]:
-        """One :func:`~bdtree_jax.tree.to_string` string per draw, chains concatenated."""
-        return list(self._strings)
+    @property
+    def _names(self) -> list:
+        return list(self.feature_names) if self.feature_names else [f"x{f}" for f in range(self.grid.n_features)]
 
-    def tree_frequencies(self) -> dict[str, float]:
-        """Visit frequency of every distinct tree, most frequent first."""
-        counts = collections.Counter(self._strings)
+    def tree_strings(self, names: bool = False) -> list[str]:
+        """One string per draw, chains concatenated: :func:`~bdtree_jax.tree.to_string`'s
+        canonical grammar (``x2<=2.45(L,L)``, what :func:`~bdtree_jax.tree.from_string` parses and
+        the exact enumerators write), or with ``names=True`` the same grammar with the features'
+        names and level labels (``petal_length<=2.45(L,L)``; as ``most_visited_tree``)."""
+        _, inverse, canonical, named = self._string_table
+        strings = named if names else canonical
+        return [strings[k] for k in inverse]
+
+    def tree_frequencies(self, names: bool = False) -> dict[str, float]:
+        """Visit frequency of every distinct tree, most frequent first, keyed by
+        :meth:`tree_strings` (``names=True``: with the features' names)."""
+        counts = collections.Counter(self.tree_strings(names))
         total = sum(counts.values())
         return {k: v / total for k, v in counts.most_common()}
 
@@ -234,9 +247,49 @@ class Posterior(_DrawSummaries):
         c, d = np.unravel_index(np.argmax(lp), lp.shape)
         return self.tree(int(c), int(d))
 
-    def most_visited_tree(self) -> tuple[str, float]:
-        """The most frequent tree string and its frequency."""
-        return next(iter(self.tree_frequencies().items()))
+    def most_visited_tree(self, names: bool = True) -> tuple[str, float]:
+        """The most frequent tree's string, written with the features' names as :meth:`tree_text`
+        and :meth:`plot_tree` write them (``names=False``: the canonical ``x{f}`` grammar of
+        :meth:`tree_frequencies`), and its frequency."""
+        return next(iter(self.tree_frequencies(names).items()))
+
+    def top_trees(self, k: int = 5, prob: float = 0.95):
+        """The tree-space summary: the ``k`` most visited trees with their posterior
+        probabilities (visit frequencies) and ``prob`` Monte Carlo intervals, a pandas DataFrame
+        (:func:`~bdtree_jax.posterior.tree_space.top_trees`); :meth:`plot_top_trees` draws it."""
+        from .tree_space import top_trees
+
+        return top_trees(self, k, prob)
+
+    def plot_top_trees(self, k: int = 10, prob: float = 0.95, ax=None):
+        """Bar chart of :meth:`top_trees` (probabilities with their Monte Carlo intervals);
+        returns the matplotlib Axes."""
+        from ..plots import plot_top_trees
+
+        return plot_top_trees(self.top_trees(k, prob), ax=ax)
+
+    def _resolve_tree(self, tree) -> Tree:
+        """``tree``: a Tree, ``"map"`` (None), ``"most_visited"`` or a rank (1: the most visited)."""
+        from .tree_space import tree_at_rank
+
+        if tree is None or (isinstance(tree, str) and tree == "map"):
+            return self.map_tree()
+        if isinstance(tree, str) and tree == "most_visited":
+            return tree_at_rank(self, 1)
+        if isinstance(tree, str):
+            raise ValueError(f"tree must be a Tree, 'map', 'most_visited' or a rank; got {tree!r}.")
+        if isinstance(tree, (int, np.integer)):
+            return tree_at_rank(self, tree)
+        return tree
+
+    def leaf_summary(self, tree=None, prob: float = 0.9, *, num_draws: int = 1000, seed: int = 0):
+        """Per leaf of ``tree`` (a Tree, ``"map"`` (default), ``"most_visited"`` or a rank of
+        :meth:`top_trees`): training rows and the leaf parameters' posterior means and ``prob``
+        intervals given the tree, a pandas DataFrame
+        (:func:`~bdtree_jax.posterior.tree_space.leaf_summary`)."""
+        from .tree_space import leaf_summary
+
+        return leaf_summary(self, self._resolve_tree(tree), prob, num_draws, seed)
 
     def tree_text(self, tree: Tree | None = None) -> str:
         """Indented text of ``tree`` (default: the MAP tree) with feature names and leaf values."""
@@ -244,10 +297,17 @@ class Posterior(_DrawSummaries):
         return tree_text(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree),
                          levels=getattr(self.grid, "levels", None))
 
-    def plot_tree(self, tree: Tree | None = None, ax=None):
-        """Matplotlib drawing of ``tree`` (default: the MAP tree)."""
-        tree = self.map_tree() if tree is None else tree
-        return plot_tree(tree, self.grid.thresholds, self.feature_names, self._leaf_labels(tree), ax=ax,
+    def plot_tree(self, tree=None, ax=None, *, prob: float = 0.9, seed: int = 0):
+        """Draw ``tree`` with matplotlib (:func:`~bdtree_jax.plots.draw_tree`): a Tree, ``"map"``
+        (the default: the visited tree of highest posterior), ``"most_visited"``, or a rank of
+        :meth:`top_trees` (1, 2, ...).  Splits show the feature's name and threshold in the data's
+        units (or the level set that goes left) and where a missing value goes; leaves the class
+        and its probability, or the leaf mean, each with a ``prob`` credible interval given the
+        tree (:meth:`leaf_summary`), and their training rows.  Returns the Axes."""
+        from .tree_space import leaf_labels
+
+        tree = self._resolve_tree(tree)
+        return plot_tree(tree, self.grid.thresholds, self._names, leaf_labels(self, tree, prob, seed=seed), ax=ax,
                          levels=getattr(self.grid, "levels", None))
 
     def _leaf_labels(self, tree: Tree) -> list[str]:

@@ -231,14 +231,20 @@ class SoftTreePosterior(_DrawSummaries):
             return [topology_string(t) for t in np.asarray(self.draws["is_split"]).reshape(-1, self.draws["is_split"].shape[-1])]
         return [self._tree_string(c, s, thresholds=False) for c in range(self.num_chains) for s in range(self.num_draws)]
 
-    def tree_frequencies(self) -> dict[str, float]:
-        """Visit frequency of every structure (:meth:`structure_strings`), most frequent first."""
-        counts = collections.Counter(self.structure_strings())
+    def tree_frequencies(self, names: bool = False) -> dict[str, float]:
+        """Visit frequency of every structure (:meth:`structure_strings`), most frequent first;
+        ``names=True``: each ``x{f}`` written as the feature's name (:func:`named_structure`)."""
+        strings = self.structure_strings()
+        if names:
+            strings = [named_structure(t, self.feature_names) for t in strings]
+        counts = collections.Counter(strings)
         total = sum(counts.values())
         return {k: v / total for k, v in counts.most_common()}
 
-    def most_visited_tree(self) -> tuple[str, float]:
-        return next(iter(self.tree_frequencies().items()))
+    def most_visited_tree(self, names: bool = True) -> tuple[str, float]:
+        """The most frequent structure with the features' names, as :meth:`tree_text` writes them
+        (``names=False``: ``x{f}``, as :meth:`structure_strings`), and its frequency."""
+        return next(iter(self.tree_frequencies(names).items()))
 
     def map_tree(self) -> str:
         """The draw with the highest (unnormalised) log posterior, as a string."""
@@ -345,6 +351,17 @@ class SoftTreePosterior(_DrawSummaries):
 _SOFT_STATS = ("log_lik", "log_prior", "n_leaves", "depth", "accepted", "move", "log_alpha", "step_size",
                "nuts_accept", "nuts_grads", "diverging")
 _TEMPERING_STATS = ("swap_pair", "swap_accepted")  # tempered runs: the swap proposed / accepted per iteration
+
+
+def named_structure(text: str, feature_names) -> str:
+    """``text`` (a tree or structure string) with every feature token ``x{f}`` replaced by
+    ``feature_names[f]`` (``x2(x3(L,L),L)`` -> ``petal_length(petal_width(L,L),L)``); ``text``
+    itself when there are no names."""
+    import re
+
+    if not feature_names:
+        return text
+    return re.sub(r"\bx(\d+)\b", lambda m: str(feature_names[int(m.group(1))]), text)
 
 
 def soft_posterior_from_traces(traces: dict, num_warmup: int, **model) -> SoftTreePosterior:
