@@ -174,12 +174,15 @@ def test_every_estimator_partial_dependence_and_importance():
             (bd.BayesianTreeRegressor(max_depth=3, num_warmup=20, num_samples=10, num_chains=1), f)]
     for est, y in fits:
         _quiet_fit(est, X, y)
+        # a row's prediction does not depend on the rows evaluated with it (multiclass BART's class
+        # view of categorical rules once dropped their level words' axis, and it did)
+        resp = response_of(est)
+        np.testing.assert_allclose(resp.draws(X.iloc[5:12]), resp.draws(X)[:, 5:12], atol=1e-6)
         for feature in ("a", "c"):
             p = ins.partial_dependence(est, X, feature, grid_resolution=4)
             if feature == "c":
                 assert p.categorical == (True,) and list(p.grid[0]) == ["u", "v", "w"]
             Xs = X.copy()
-            resp = response_of(est)
             brute = []
             for v in p.grid[0]:
                 Xs[feature] = pd.Categorical([v] * N, categories=X.c.cat.categories) if feature == "c" else v
