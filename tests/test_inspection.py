@@ -149,7 +149,8 @@ def test_bad_input_is_named(bart_reg):
     est, X, y = bart_reg
     for kwargs, word in ((dict(features="zz"), "features"), (dict(features=(0, 1, 2)), "features"),
                          (dict(features=(0, 0)), "features"), (dict(features=0, grid_resolution=1), "grid_resolution"),
-                         (dict(features=0, prob=1.5), "prob"), (dict(features=0, percentiles=(0.9, 0.1)), "percentiles"),
+                         (dict(features=0, prob=1.5), "prob"),
+                         (dict(features=0, percentiles=(0.9, 0.1)), "percentiles"),
                          (dict(features=0, categorical=[True, False]), "categorical")):
         with pytest.raises(ValueError, match=word):
             ins.partial_dependence(est, X, **kwargs)
@@ -197,7 +198,8 @@ def test_every_estimator_partial_dependence_and_importance():
     with pytest.raises(ValueError, match="BARTSurvival"):
         ins.permutation_importance(surv, X, f)
     Xn = X[["a", "b", "k"]].to_numpy()
-    soft = _quiet_fit(bd.BayesianTreeRegressor("hmc-df", max_depth=2, num_warmup=10, num_samples=5, num_chains=1), Xn, f)
+    soft = bd.BayesianTreeRegressor("hmc-df", max_depth=2, num_warmup=10, num_samples=5, num_chains=1)
+    _quiet_fit(soft, Xn, f)
     p = ins.partial_dependence(soft, Xn, 0, grid_resolution=3)
     np.testing.assert_allclose(p.draws[:, 2], soft.posterior_.predict_draws(np.c_[np.full(N, p.grid[0][2]), Xn[:, 1:]])
                                .mean(1), atol=1e-6)

@@ -6,5 +6,5 @@ from .importance import VariableImportance, permutation_importance, split_inclus
 from .partial_dependence import PartialDependence, partial_dependence
 from .plot import plot_partial_dependence, plot_variable_importance
 
-__all__ = ["PartialDependence", "VariableImportance", "partial_dependence", "permutation_importance", "plot_partial_dependence",
-           "plot_variable_importance", "split_inclusion"]
+__all__ = ["PartialDependence", "VariableImportance", "partial_dependence", "permutation_importance",
+           "plot_partial_dependence", "plot_variable_importance", "split_inclusion"]

@@ -165,7 +165,8 @@ def permutation_importance(est, X, y, *, n_repeats: int = 1, seed: int = 0, prob
         codes = {str(c): k for k, c in enumerate(response.outputs)}
         missing = sorted({str(v) for v in y} - set(codes))
         if missing:
-            raise ValueError(f"{where}y has labels {missing[:5]} that are not classes of the fit {list(response.outputs)}.")
+            raise ValueError(f"{where}y has labels {missing[:5]} that are not classes of the fit "
+                             f"{list(response.outputs)}.")
         target = np.array([codes[str(v)] for v in y])
     else:
         target = y.astype(np.float64)

@@ -112,8 +112,9 @@ def plot_variable_importance(imp_or_est, X=None, y=None, *, kind: str = "inclusi
             color="C0", alpha=0.8)
     ax.set_yticks(pos)
     ax.set_yticklabels([imp.features[j] for j in order])
-    what = "split inclusion (share of split rules)" if imp.kind == "split inclusion" else f"{imp.kind} lost when permuted"
-    ax.set_xlabel(f"{what}, posterior mean and {100 * imp.prob:g}% interval")
+    what = {"split inclusion": "split inclusion", "R^2": "R² lost when permuted",
+            "log-loss": "log-loss gained when permuted"}.get(imp.kind, imp.kind)
+    ax.set_xlabel(f"{what} (mean, {100 * imp.prob:g}% interval)")
     if imp.kind != "split inclusion":
         ax.axvline(0.0, color="k", lw=0.8)
     return ax
