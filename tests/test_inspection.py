@@ -189,6 +189,12 @@ def test_every_estimator_partial_dependence_and_importance():
                 Xs[feature] = pd.Categorical([v] * N, categories=X.c.cat.categories) if feature == "c" else v
                 brute.append(resp.draws(Xs).mean(1))
             np.testing.assert_allclose(p.draws, np.stack(brute, 1), atol=1e-6)
+        if not hasattr(est, "classes_"):  # scikit-learn's partial dependence of a categorical feature: ours' mean
+            from sklearn.inspection import partial_dependence as sk_pd
+
+            sk = sk_pd(est, X, ["c"], categorical_features=["c"], kind="average")
+            ours = ins.partial_dependence(est, X, "c", ice=False)
+            np.testing.assert_allclose(sk["average"][0], ours.mean[:, 0], rtol=1e-6)
         assert ins.split_inclusion(est).draws.shape[1] == 4
         assert ins.permutation_importance(est, X, y).draws.shape == (10, 4)
     surv = _quiet_fit(bd.BARTSurvival(**short), X, np.exp(f + 0.3 * rng.normal(size=N)), rng.uniform(size=N) < 0.8)
