@@ -164,7 +164,7 @@ def partial_dependence(est, X, features, *, grid_resolution: int = 20, percentil
         Mass of the credible bands.
     ice, ice_band : bool
         Keep every row's ICE curve (posterior mean; ``(n, *G, K)``), and its credible band.
-    response : None (the estimator's prediction draws, :func:`~bdtree_jax.inspection._response.response_of`)
+    response : None (the prediction draws of ``est``, as ``bdtree_jax.inspection._response.response_of`` gives them)
         or a ``Response`` of the same estimator to average instead.
 
     Returns
