@@ -93,9 +93,9 @@ def test_scikit_learn_partial_dependence_and_display(bart_reg, tree_clf):
         ours = ins.partial_dependence(est, X, "a", grid=sk["grid_values"][0], ice=False)
         k = ours.output_index()  # a classifier's positive class, as scikit-learn reports it
         np.testing.assert_allclose(sk["average"][0], ours.mean[:, k], atol=1e-6)
-        disp = PartialDependenceDisplay.from_estimator(est, X, ["a", ("a", "b")], grid_resolution=3, kind="average")
-        assert disp.axes_.shape == (1, 2)
-        matplotlib.pyplot.close("all")
+    disp = PartialDependenceDisplay.from_estimator(est, X, ["a", ("a", "b")], grid_resolution=3, kind="average")
+    assert disp.axes_.shape == (1, 2)  # the classifier's positive class
+    matplotlib.pyplot.close("all")
 
 
 def test_importances(bart_reg, tree_clf):
