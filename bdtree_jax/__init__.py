@@ -11,6 +11,7 @@ from ._devices import apply_cpu_devices_env, set_cpu_device_count
 apply_cpu_devices_env()  # only when the environment asks for it (BDTREE_CPU_DEVICES); see _devices
 
 from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
+from . import inspection  # noqa: E402
 from .estimators import BARTClassifier, BARTPoissonRegressor, BARTRegressor, BARTSurvival  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
@@ -69,6 +70,7 @@ __all__ = [
     "datasets",
     "diagnostics",
     "exact",
+    "inspection",
     "kernels",
     "likelihoods",
     "load",

@@ -120,6 +120,16 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
     def _sampler_name(self) -> str:
         return self.method.name if isinstance(self.method, Method) else str(self.method)
 
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """(F,) posterior mean split inclusion: per draw, the share of the tree's split rules on each
+        feature, averaged over the draws with a split (NaN if none has one).  With credible
+        intervals: :func:`bdtree_jax.inspection.split_inclusion`."""
+        from ..inspection.importance import split_inclusion
+
+        check_is_fitted(self, "posterior_")
+        return split_inclusion(self).mean
+
     def map_tree_text(self) -> str:
         """Text of the MAP tree with feature names and leaf summaries."""
         check_is_fitted(self, "posterior_")
@@ -178,6 +188,7 @@ class BayesianTreeClassifier(ClassifierMixin, _BayesianTree):
     classes_ : (K,) ndarray
     n_features_in_ : int
     feature_names_in_ : (F,) ndarray of str, only when X was a DataFrame.
+    feature_importances_ : (F,) posterior mean split inclusion (:func:`bdtree_jax.inspection.split_inclusion`).
 
     Examples
     --------

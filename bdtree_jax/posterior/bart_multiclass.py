@@ -50,7 +50,8 @@ class BARTMulticlassPosterior(BARTPosterior):
         each (class axis after the draw axis), so that its streamed sums give every class's fit."""
         C, S, KM, N = self.leaf_values.shape
         K = self.n_classes
-        view = lambda a: np.asarray(a).reshape(C, S * K, KM // K, N)  # noqa: E731
+        # trailing axes kept: a categorical rule's level words (C, S, K * M, N, W)
+        view = lambda a: np.asarray(a).reshape((C, S * K, KM // K, N) + np.shape(a)[4:])  # noqa: E731
         cached = self.__dict__.get("_class_view")
         if cached is None:
             cached = BARTPosterior(jax.tree.map(view, self.trees), view(self.leaf_values), {}, {}, self.grid, 0.0, 1.0,
