@@ -4,6 +4,7 @@ of its posterior (trees and the leaf precision factors at the rows); Geweke's "g
 for the whole sweep (mean and variance forests); each exact check with a planted-error twin that
 fails (the gamma rate without its 1/2; the mean update without the precision weights)."""
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,13 +14,13 @@ from scipy.special import digamma, gammaln, polygamma
 from scipy.stats import gamma as gamma_dist
 from scipy.stats import norm
 
-from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
+from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import bart_poisson
 from bdtree_jax.kernels import bart_variance as bv
 from bdtree_jax.kernels.bart import BARTConfig
-from bdtree_jax.likelihoods import BARTLeafVarianceGamma, NormalMeanShift, variance_gamma_hyperparameters
+from bdtree_jax.likelihoods import BARTLeafVarianceGamma, variance_gamma_hyperparameters
 from bdtree_jax.problem.bart import build_bart_problem
-from bdtree_jax.tree import Tree, from_string, leaf_index, n_leaves, tree_depth
+from bdtree_jax.tree import Tree, leaf_index, n_leaves, tree_depth
 
 # ----------------------------------------------------------------------------------------------
 # (a) the leaf model
@@ -86,13 +87,10 @@ def _exact_problem(sampler):
 def _exact_posterior(p):
     """Every tree with p(T) p(e | T) (the gamma precision integrated out, float64) and the
     posterior mean precision factor at the rows ``sum_T p(T | e) E[lam_leaf(i) | T, e]``."""
-    trees = enumerate_trees(E_X, np.zeros((len(E_E), 3)), p.prior, NormalMeanShift(nu=3.0, lam=1.0, a=1.0, mu_bar=0.0))
-    bins = jnp.asarray(p.grid.bin(E_X))
     v = E_E**2
-    log_post, lams = [], []
-    for s, log_prior, _ in trees:
-        t = Tree(*(jnp.asarray(a) for a in from_string(s, p.grid.thresholds, p.prior.max_depth)))
-        leaf = np.asarray(leaf_index(t, bins))
+    log_post, lams, strings = [], [], []
+    for s, log_prior, leaf in helpers.enumerated_leaves(E_X, p.prior, p.grid):
+        strings.append(s)
         log_lik, lam = 0.0, np.zeros(len(v))
         for node in np.unique(leaf):
             n, sv = np.sum(leaf == node), v[leaf == node].sum()
@@ -103,7 +101,7 @@ def _exact_posterior(p):
         lams.append(lam)
     w = np.exp(np.array(log_post) - np.max(log_post))
     w /= w.sum()
-    return {s: float(q) for (s, _, _), q in zip(trees, w)}, w @ np.array(lams)
+    return dict(zip(strings, w.tolist())), w @ np.array(lams)
 
 
 def _single_tree_errors(sampler, num_chains=8, num_iterations=4000, burn=200):
@@ -206,32 +204,10 @@ def _geweke_stats(state):
                       jnp.sum(state.mean.leaf_values), jnp.sum(state.variance.leaf_values)])
 
 
-def geweke_z(sampler, chains, iters, n_prior, seed=0, batches=10):
-    """z-scores of successive-conditional means minus forward prior-draw means (batch-means
-    standard errors, ``batches`` per chain)."""
-    data, config = _geweke_problem(sampler)
-
-    def chain(key):
-        k0, k1 = jax.random.split(key)
-        state = bv.prior_draw(k0, data, config)
-
-        def body(carry, k):
-            state, d, _ = bv.geweke_step(k, *carry, config)
-            return (state, d), _geweke_stats(state)
-
-        return jax.lax.scan(body, (state, data), jax.random.split(k1, iters))[1]
-
-    k_chains, k_prior = jax.random.split(jax.random.key(seed))
-    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, chains)), np.float64)
-    prior = jax.jit(jax.vmap(lambda k: _geweke_stats(bv.prior_draw(k, data, config))))
-    mc = np.asarray(prior(jax.random.split(k_prior, n_prior)), np.float64)
-    b = sc.reshape(chains * batches, iters // batches, -1).mean(1)
-    se = np.sqrt(b.var(0, ddof=1) / len(b) + mc.var(0, ddof=1) / len(mc))
-    return (sc.mean((0, 1)) - mc.mean(0)) / se
-
-
-def _report(z):
-    return ", ".join(f"{n}: z={v:+.2f}" for n, v in zip(GEWEKE_NAMES, z))
+def _z(sampler, chains, iters, n_prior, seed=0):
+    """(z-scores of :func:`helpers.geweke_z`, their report line)."""
+    z = helpers.geweke_z(bv, *_geweke_problem(sampler), _geweke_stats, chains, iters, n_prior, seed)
+    return z, ", ".join(f"{n}: z={v:+.2f}" for n, v in zip(GEWEKE_NAMES, z))
 
 
 @pytest.mark.slow
@@ -239,9 +215,9 @@ def _report(z):
 def test_geweke_getting_it_right(sampler):
     """Alternating a sweep with ``y ~ p(y | both forests)`` leaves the prior invariant: 32 chains
     x 4,000 sweeps from prior draws vs 200,000 forward draws, every |z| < 4."""
-    z = geweke_z(sampler, 32, 4000, 200_000)
-    print(sampler, _report(z))
-    assert np.all(np.abs(z) < 4.0), _report(z)
+    z, report = _z(sampler, 32, 4000, 200_000)
+    print(sampler, report)
+    assert np.all(np.abs(z) < 4.0), report
 
 
 @pytest.mark.slow
@@ -251,8 +227,8 @@ def test_geweke_planted_error_fails():
     saved = bv._mean_rows
     bv._mean_rows = lambda data, log_w, partial: saved(data, jnp.zeros_like(log_w), partial)
     try:
-        z = geweke_z("grow-prune", 16, 2000, 50_000, seed=1)
+        z, report = _z("grow-prune", 16, 2000, 50_000, seed=1)
     finally:
         bv._mean_rows = saved
-    print("planted", _report(z))
-    assert np.max(np.abs(z)) >= 4.0, _report(z)
+    print("planted", report)
+    assert np.max(np.abs(z)) >= 4.0, report
