@@ -314,7 +314,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
     def _check_params(self) -> None:
         super()._check_params()
-        v = self.variance_trees
+        v = getattr(self, "variance_trees", 0)  # an estimator pickled before the parameter existed: 0
         if not _is_int(v) or v < 0:
             raise ValueError(f"{type(self).__name__}: variance_trees must be an integer >= 0; got {v!r}.")
 
