@@ -16,9 +16,11 @@ Sections (``--sections``, default both):
 2. **speed**: one sweep at ``--speed-n`` (10,000) rows, 10 features, 200 mean trees, one chain,
    timed at the kernel (``step`` jitted, compiled first, 50 warm-up sweeps, then ``--sweeps``
    sweeps timed, the median of ``--repeats``; :func:`bart_poisson._time_sweeps`): plain BART's
-   grow-prune sweep (``BARTRegressor``'s default) against the heteroskedastic sweep (both forests
-   through the single-tree kernel sweep; ``incremental`` False as vectorized chains run it, True
-   as a sequential chain does) with J = 50 and 200 variance trees.
+   grow-prune sweep (``BARTRegressor``'s default) and its single-tree kernel sweep (``tree_sampler=
+   "cgm"``, the path every BART model other than plain BART's grow-prune runs) against the
+   heteroskedastic sweep (both forests through the single-tree kernel sweep with grow-prune moves;
+   ``incremental`` False as vectorized chains run it, True as a sequential chain does) with J = 50
+   and 200 variance trees.
 
 The machine is named in the output (CPU count, JAX backend, 1-minute load average): timings on a
 shared machine are "under load" numbers.
@@ -110,11 +112,12 @@ def speed(n: int, trees: int, sweeps: int, repeats: int) -> list[dict]:
     rng = np.random.default_rng(0)
     X, _, _, y = _friedman(rng, n)
     rows = []
-    cases = [(0, False), (50, False), (50, True), (200, True)]
-    for J, incremental in cases:
+    cases = [(0, "grow-prune", False), (0, "cgm", False), (50, "grow-prune", False), (50, "grow-prune", True),
+             (200, "grow-prune", True)]
+    for J, sampler, incremental in cases:
         if J == 0:
             p = build_bart_problem(X, y, n_trees=trees)
-            config, data, mod = bart.BARTConfig(trees, incremental=incremental), p.data, bart
+            config, data, mod = bart.BARTConfig(trees, tree_sampler=sampler, incremental=incremental), p.data, bart
         else:
             p = build_bart_variance_problem(X, y, variance_trees=J, n_trees=trees)
             mean = bart.BARTConfig(trees, incremental=incremental, sample_sigma=False)
@@ -125,7 +128,8 @@ def speed(n: int, trees: int, sweeps: int, repeats: int) -> list[dict]:
                                                               jax.random.split(jax.random.key(0), 50))[0])
         state = jax.block_until_ready(warm(state, data))
         sec = _time_sweeps(step, state, data, sweeps, repeats)
-        rows.append(dict(model="plain BART (grow-prune sweep)" if J == 0 else f"variance_trees={J}",
+        name = f"plain BART ({'grow-prune sweep' if sampler == 'grow-prune' else 'single-tree CGM kernel sweep'})"
+        rows.append(dict(model=name if J == 0 else f"variance_trees={J} (grow-prune moves, kernel sweep)",
                          incremental=incremental, n=n, trees=trees, variance_trees=J, seconds_per_sweep=sec))
         print(rows[-1], flush=True)
     base = rows[0]["seconds_per_sweep"]
