@@ -18,6 +18,7 @@ from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
 from .posterior import BARTClassifierPosterior, BARTMulticlassPosterior, BARTPoissonPosterior, BARTPosterior, BARTSurvivalPosterior  # noqa: E402
+from .posterior import BARTVariancePosterior  # noqa: E402
 from .priors import TreePrior, make_tree_data  # noqa: E402
 from .driver import clear_compiled, run_chains  # noqa: E402
 from .api import load, sample  # noqa: E402
@@ -42,6 +43,7 @@ __all__ = [
     "BARTRegressor",
     "BARTSurvival",
     "BARTSurvivalPosterior",
+    "BARTVariancePosterior",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
     "BdtreeFileError",

@@ -76,6 +76,7 @@ TYPES = {
     "NormalMeanShift": "bdtree_jax.likelihoods:NormalMeanShift",
     "BARTLeafNormal": "bdtree_jax.likelihoods:BARTLeafNormal",
     "BARTLeafPoissonGamma": "bdtree_jax.likelihoods:BARTLeafPoissonGamma",
+    "BARTLeafVarianceGamma": "bdtree_jax.likelihoods:BARTLeafVarianceGamma",
     "TreePrior": "bdtree_jax.priors.tree_prior:TreePrior",
     "BoxGrammar": "bdtree_jax.pcfg.grammar:BoxGrammar",
     # configurations
@@ -92,12 +93,14 @@ TYPES = {
     "BARTPoissonPosterior": "bdtree_jax.posterior.bart_poisson:BARTPoissonPosterior",
     "BARTMulticlassPosterior": "bdtree_jax.posterior.bart_multiclass:BARTMulticlassPosterior",
     "BARTSurvivalPosterior": "bdtree_jax.posterior.bart_survival:BARTSurvivalPosterior",
+    "BARTVariancePosterior": "bdtree_jax.posterior.bart_variance:BARTVariancePosterior",
     # sampler states and results in checkpoints (typed PRNG keys travel as HostKey)
     "HostKey": "bdtree_jax._checkpoint:HostKey",
     "CGMState": "bdtree_jax.kernels._moves:CGMState",
     "PerturbState": "bdtree_jax.kernels.perturb:PerturbState",
     "EditState": "bdtree_jax.kernels.edit:EditState",
     "BARTState": "bdtree_jax.kernels.bart:BARTState",
+    "VarianceState": "bdtree_jax.kernels.bart_variance:VarianceState",
     "DARTState": "bdtree_jax.kernels.dart:DARTState",
     "SMCState": "bdtree_jax.kernels.smc:SMCState",
     "SMCResult": "bdtree_jax.kernels.smc:SMCResult",

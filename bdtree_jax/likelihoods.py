@@ -26,7 +26,8 @@ from scipy.special import gammaln as scipy_gammaln
 from ._types import Array
 
 __all__ = ["DirichletMultinomial", "NormalMeanShift", "BARTLeafNormal", "BARTLeafPoissonGamma",
-           "default_normal_hyperparameters", "poisson_gamma_hyperparameters"]
+           "BARTLeafVarianceGamma", "default_normal_hyperparameters", "poisson_gamma_hyperparameters",
+           "variance_gamma_hyperparameters"]
 
 
 @functools.partial(
@@ -537,6 +538,58 @@ class BARTLeafPoissonGamma:
     def sample_leaf(self, key: Array, stats: Array) -> Array:
         """Leaf values ``log lambda`` (..., 1) drawn from their conditional posterior."""
         return self.draw_values(stats, key)[..., None]
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["a0", "b0"], meta_fields=[])
+@dataclass(frozen=True)
+class BARTLeafVarianceGamma(BARTLeafPoissonGamma):
+    """One tree's leaves in a variance forest (heteroskedastic BART: HBART, Pratola, Chipman,
+    George & McCulloch 2020; stochtree's variance forest; :mod:`bdtree_jax.kernels.bart_variance`).
+
+    The noise variance is ``sigma2(x) = sigma0**2 / prod_j lambda_j(x)``: each tree's leaf carries
+    a precision factor ``lambda ~ Gamma(a0, b0)`` (shape, rate), i.e. a variance factor
+    ``s = 1/lambda ~ InvGamma(a0, b0)``; the trees store ``log lambda``.  Given the mean forest's
+    residuals ``e_i`` and the other variance trees (precision ``h_i`` = their product), row ``i``
+    of the tree has ``e_i ~ N(0, sigma0**2 / (h_i lambda))``; with ``v_i = h_i e_i**2 / sigma0**2``
+    a leaf's ``lambda`` integrates out in closed form::
+
+        log p(e) = sum_i 1/2 log(h_i / (2 pi sigma0**2))                  # same for every tree
+                   + a0 log b0 - lgamma(a0) + lgamma(a0 + n/2) - (a0 + n/2) log(b0 + V/2)
+
+    (``V = sum v_i``) and ``lambda | rows ~ Gamma(a0 + n/2, b0 + V/2)``.  That is
+    :class:`BARTLeafPoissonGamma`'s algebra with a count ``1/2`` and a rate ``v_i / 2`` per row:
+    point statistics ``[1, 1/2, v/2]`` (:meth:`row_stats`), so :meth:`leaf_log_lik` (the log
+    marginal without the first sum, plus ``n/2``; 0 for an empty leaf), :meth:`log_lik`,
+    :meth:`split_gain`, :meth:`leaf_posterior` and :meth:`draw_values` (``log lambda``) are
+    inherited.  Prior calibration: :func:`variance_gamma_hyperparameters`.
+    """
+
+    @staticmethod
+    def row_stats(v: Array) -> Array:
+        """``[1, 1/2, v/2]`` (n, 3) float32 of the scaled squared residuals ``v`` (n,)."""
+        one = jnp.ones_like(v)
+        return jnp.stack([one, 0.5 * one, 0.5 * v], axis=-1).astype(jnp.float32)
+
+    def point_stats(self, v, rate=None) -> np.ndarray:
+        """``[1, 1/2, v/2]`` rows (n, 3) float32 (host side; ``rate`` unused)."""
+        v = np.asarray(v, float)
+        return np.stack([np.ones_like(v), np.full_like(v, 0.5), 0.5 * v], axis=1).astype(np.float32)
+
+
+def variance_gamma_hyperparameters(n_trees: int, scale: float = 1.5) -> tuple[float, float]:
+    """``(a0, b0)`` of a variance forest's leaves, ``lambda ~ Gamma(a0, b0)``, as stochtree
+    calibrates its variance forest (Murray 2021, §5): ``a0 = n_trees / scale**2 + 1/2``,
+    ``b0 = n_trees / scale**2``.  Then ``E[log lambda] = digamma(a0) - log(b0) = O(1/a0**2)`` (a
+    forest of stumps centres ``sigma2(x)`` at ``sigma0**2``) and ``var(log lambda) =
+    trigamma(a0) ~ 1/a0``: the sum of ``n_trees`` trees' ``log lambda`` has prior sd about
+    ``scale`` (1.5: ``sigma(x)`` within a factor ``exp(1.5) = 4.5`` of ``sigma0`` with 95% prior
+    probability)."""
+    if not isinstance(n_trees, (int, np.integer)) or isinstance(n_trees, bool) or n_trees < 1:
+        raise ValueError(f"n_trees must be an integer >= 1; got {n_trees!r}.")
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0; got {scale!r}.")
+    b0 = float(n_trees) / float(scale) ** 2
+    return b0 + 0.5, b0
 
 
 def _stirling_remainder(x: Array) -> Array:

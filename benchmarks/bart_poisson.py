@@ -188,6 +188,15 @@ def _compare(X_tr, y_tr, X_te, y_te, seed, warmup, samples, e_tr=None, e_te=None
     return out
 
 
+def write_results(out: str, result: dict, lines: list[str]) -> None:
+    """``out + ".json"`` (``result``) and ``out + ".md"`` (``lines``), the markdown printed."""
+    md = "\n".join(lines) + "\n"
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out + ".json").write_text(json.dumps(result, indent=1))
+    Path(out + ".md").write_text(md)
+    print(md)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", default="speed,haberman,simulated")
@@ -227,11 +236,7 @@ def main():
             lines += [f"| {r['model']} | {r['test_deviance']:.3f} | {r['test_log_lik']:.3f} | {r['seconds']:.1f} |"
                       for r in result[name]]
             lines.append("")
-    md = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps(result, indent=1))
-    Path(args.out + ".md").write_text(md)
-    print(md)
+    write_results(args.out, result, lines)
 
 
 if __name__ == "__main__":

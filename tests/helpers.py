@@ -19,7 +19,7 @@ from bdtree_jax.data import SplitGrid, TreeData, make_split_grid
 from bdtree_jax.exact import enumerate_trees, leaf_partition, topology_string, tree_frequencies
 from bdtree_jax.likelihoods import DirichletMultinomial, NormalMeanShift
 from bdtree_jax.priors import TreePrior, box_sides, make_tree_data
-from bdtree_jax.tree import Tree, from_string
+from bdtree_jax.tree import Tree, from_string, leaf_index
 
 # The toy data: 6 rows, 2 features, every value distinct and every gap 1 (so split_prior="range"
 # equals "uniform" on them); 256 trees of depth <= 2, 3,163 of depth <= 3.
@@ -196,3 +196,45 @@ def run_toy(algorithm, problem: "ToyProblem", num_chains: int, num_iterations: i
     traces, _ = run_chains(algorithm, problem.data, key=jax.random.key(seed), num_chains=num_chains,
                            num_iterations=num_iterations, block_size=num_iterations)
     return traces
+
+
+def enumerated_leaves(X: np.ndarray, prior, grid) -> list[tuple[str, float, np.ndarray]]:
+    """Every tree of ``prior`` on the rows ``X`` (n, F) (:func:`~bdtree_jax.exact.enumerate_trees`)
+    as ``(string, log_prior, leaf)``, ``leaf`` (n,) each row's leaf under ``grid``'s thresholds: what
+    an exact posterior over trees with a closed-form leaf marginal needs."""
+    trees = enumerate_trees(X, np.zeros((len(X), 3)), prior, NormalMeanShift(nu=3.0, lam=1.0, a=1.0, mu_bar=0.0))
+    bins = jnp.asarray(grid.bin(X))
+    out = []
+    for s, log_prior, _ in trees:
+        t = Tree(*(jnp.asarray(a) for a in from_string(s, grid.thresholds, prior.max_depth)))
+        out.append((s, log_prior, np.asarray(leaf_index(t, bins))))
+    return out
+
+
+def geweke_z(model, data, config, stats, chains: int, iters: int, n_prior: int, seed: int = 0,
+             batches: int = 10, means: bool = False):
+    """Geweke's (2004) "getting it right" z-scores of a BART-family kernel module ``model`` (its
+    ``prior_draw(key, data, config)`` and ``geweke_step(key, state, data, config)``): the means of
+    ``stats(state)`` (S,) over ``chains`` successive-conditional chains of ``iters`` steps from
+    prior draws minus their means over ``n_prior`` forward prior draws, over batch-means standard
+    errors (``batches`` per chain).  Returns (S,), or with ``means`` ``(z, chain means, prior
+    means)``."""
+
+    def chain(key):
+        k0, k1 = jax.random.split(key)
+        state = model.prior_draw(k0, data, config)
+
+        def body(carry, k):
+            state, d, _ = model.geweke_step(k, *carry, config)
+            return (state, d), stats(state)
+
+        return jax.lax.scan(body, (state, data), jax.random.split(k1, iters))[1]
+
+    k_chains, k_prior = jax.random.split(jax.random.key(seed))
+    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, chains)), np.float64)
+    prior = jax.jit(jax.vmap(lambda k: stats(model.prior_draw(k, data, config))))
+    mc = np.asarray(prior(jax.random.split(k_prior, n_prior)), np.float64)
+    b = sc.reshape(chains * batches, iters // batches, -1).mean(1)
+    se = np.sqrt(b.var(0, ddof=1) / len(b) + mc.var(0, ddof=1) / len(mc))
+    z = (sc.mean((0, 1)) - mc.mean(0)) / se
+    return (z, sc.mean((0, 1)), mc.mean(0)) if means else z

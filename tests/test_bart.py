@@ -9,6 +9,7 @@ BARTClassifier end to end (probabilities, ArviZ/LOO, variable inclusion); input 
 import dataclasses
 
 import arviz as az
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,24 +125,8 @@ def geweke_z(sampler, seed=0, valid_cuts="data"):
     """z-scores (one per statistic) of successive-conditional means minus forward prior-draw
     means; standard errors from batch means (G_BATCHES per chain) and the iid prior draws."""
     _, _, _, data, config = _tiny_bart(sampler, valid_cuts=valid_cuts)
-
-    def chain(key):
-        k0, k1 = jax.random.split(key)
-        state = bart.prior_draw(k0, data, config)
-
-        def body(carry, k):
-            state, d, _ = bart.geweke_step(k, *carry, config)
-            return (state, d), _geweke_stats(state)
-
-        return jax.lax.scan(body, (state, data), jax.random.split(k1, G_ITERS))[1]
-
-    key = jax.random.key(seed)
-    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(key, G_CHAINS)), np.float64)
-    prior = jax.jit(jax.vmap(lambda k: _geweke_stats(bart.prior_draw(k, data, config))))
-    mc = np.asarray(prior(jax.random.split(jax.random.fold_in(key, 1), G_PRIOR)), np.float64)
-    batches = sc.reshape(G_CHAINS * G_BATCHES, G_ITERS // G_BATCHES, -1).mean(1)
-    se = np.sqrt(batches.var(0, ddof=1) / len(batches) + mc.var(0, ddof=1) / len(mc))
-    return (sc.mean((0, 1)) - mc.mean(0)) / se, sc.mean((0, 1)), mc.mean(0)
+    return helpers.geweke_z(bart, data, config, _geweke_stats, G_CHAINS, G_ITERS, G_PRIOR, seed, G_BATCHES,
+                            means=True)
 
 
 @pytest.mark.slow
@@ -413,26 +398,9 @@ def test_probit_geweke_getting_it_right():
     _, _, _, data, config = _tiny_bart("grow-prune")
     config = dataclasses.replace(config, outcome="binary")
     data = data._replace(offset=jnp.float32(0.3), sigma2_init=jnp.float32(1.0))
-
-    def chain(key):
-        k0, k1 = jax.random.split(key)
-        state = bart.prior_draw(k0, data, config)
-
-        def body(carry, k):
-            state, d, _ = bart.geweke_step(k, *carry, config)
-            return (state, d), _probit_geweke_stats(state)
-
-        return jax.lax.scan(body, (state, data), jax.random.split(k1, G_ITERS))[1]
-
-    key = jax.random.key(0)
-    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(key, G_CHAINS)), np.float64)
-    prior = jax.jit(jax.vmap(lambda k: _probit_geweke_stats(bart.prior_draw(k, data, config))))
-    mc = np.asarray(prior(jax.random.split(jax.random.fold_in(key, 1), G_PRIOR)), np.float64)
-    batches = sc.reshape(G_CHAINS * G_BATCHES, G_ITERS // G_BATCHES, -1).mean(1)
-    se = np.sqrt(batches.var(0, ddof=1) / len(batches) + mc.var(0, ddof=1) / len(mc))
-    z = (sc.mean((0, 1)) - mc.mean(0)) / se
-    report = ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})"
-                       for n, v, a, b in zip(PROBIT_GEWEKE_NAMES, z, sc.mean((0, 1)), mc.mean(0)))
+    z, sc, mc = helpers.geweke_z(bart, data, config, _probit_geweke_stats, G_CHAINS, G_ITERS, G_PRIOR, 0, G_BATCHES,
+                                 means=True)
+    report = ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})" for n, v, a, b in zip(PROBIT_GEWEKE_NAMES, z, sc, mc))
     print("probit", report)
     assert np.all(np.abs(z) < 4.0), report
 

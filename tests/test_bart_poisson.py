@@ -4,6 +4,7 @@ enumeration of the tree posterior (trees and the posterior mean rate at the rows
 "getting it right" for several trees; each exact check with a planted-error twin that fails (the
 gamma posterior's rate without the exposure)."""
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -225,27 +226,10 @@ def _geweke_stats(state):
 
 
 def geweke_z(sampler, chains, iters, n_prior, seed=0, batches=10):
-    """z-scores of successive-conditional means minus forward prior-draw means (batch-means
-    standard errors, ``batches`` per chain)."""
+    """z-scores of successive-conditional means minus forward prior-draw means
+    (:func:`helpers.geweke_z`)."""
     data, config = _geweke_problem(sampler)
-
-    def chain(key):
-        k0, k1 = jax.random.split(key)
-        state = bp.prior_draw(k0, data, config)
-
-        def body(carry, k):
-            state, d, _ = bp.geweke_step(k, *carry, config)
-            return (state, d), _geweke_stats(state)
-
-        return jax.lax.scan(body, (state, data), jax.random.split(k1, iters))[1]
-
-    k_chains, k_prior = jax.random.split(jax.random.key(seed))
-    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, chains)), np.float64)
-    prior = jax.jit(jax.vmap(lambda k: _geweke_stats(bp.prior_draw(k, data, config))))
-    mc = np.asarray(prior(jax.random.split(k_prior, n_prior)), np.float64)
-    b = sc.reshape(chains * batches, iters // batches, -1).mean(1)
-    se = np.sqrt(b.var(0, ddof=1) / len(b) + mc.var(0, ddof=1) / len(mc))
-    return (sc.mean((0, 1)) - mc.mean(0)) / se
+    return helpers.geweke_z(bp, data, config, _geweke_stats, chains, iters, n_prior, seed, batches)
 
 
 def _report(z):

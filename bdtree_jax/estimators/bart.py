@@ -28,6 +28,7 @@ from ..posterior.bart import bart_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem, build_bart_probit_problem, build_bart_problem
 from ..kernels.dart import dart
 from . import bart_multiclass as _multiclass
+from . import bart_variance as _variance
 from ._checks import _FeatureChecks
 from ._sparse import SparseMixin
 
@@ -254,10 +255,17 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         ``theta / (theta + sparse_rho) ~ Beta(sparse_a, sparse_b)``; a number fixes it.
     sparse_a, sparse_b : float, default 0.5, 1.0
     sparse_rho : float or None, default None (the number of features)
+    variance_trees : int, default 0
+        Heteroskedastic BART (HBART, Pratola et al. 2020; stochtree's variance forest;
+        docs/methods/bart-variance.md): a second forest of this many trees on ``log sigma2(x)``,
+        ``sigma2(x) = sigma_hat**2 / prod_j lambda_j(x)`` with leaf factors
+        ``lambda ~ Gamma(J / 1.5**2 + 1/2, J / 1.5**2)`` (:mod:`bdtree_jax.kernels.bart_variance`);
+        ``nu`` and ``q`` are then unused.  0: the homoskedastic model (``sigma`` one number).
+        Not with ``sparse=True`` or ``data_shards > 1`` yet.
 
     Attributes
     ----------
-    posterior_ : BARTPosterior
+    posterior_ : BARTPosterior (BARTVariancePosterior with ``variance_trees >= 1``)
     feature_importances_ : (F,) posterior mean variable-inclusion proportions.
     variable_inclusion_ : (F,) posterior inclusion probabilities (share of draws splitting on each feature).
     split_probs_ : (C, S, F) the kept draws of DART's ``s``; ``theta_`` (C, S); ``s_acceptance_``,
@@ -297,17 +305,61 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         sparse_a: float = 0.5,
         sparse_b: float = 1.0,
         sparse_rho: float | None = None,
+        variance_trees: int = 0,
     ):
         self._store(locals())
 
     def _extra_reals(self) -> tuple:
         return (("nu", lambda v: v > 0, "> 0"), ("q", lambda v: 0 < v < 1, "in (0, 1)"))
 
+    def _check_params(self) -> None:
+        super()._check_params()
+        v = getattr(self, "variance_trees", 0)  # an estimator pickled before the parameter existed: 0
+        if not _is_int(v) or v < 0:
+            raise ValueError(f"{type(self).__name__}: variance_trees must be an integer >= 0; got {v!r}.")
+
+    def _heteroskedastic(self) -> bool:
+        return getattr(self, "variance_trees", 0) > 0
+
     def fit(self, X, y):
         """Sample the posterior given training data; returns self."""
         self._check_params()
+        if self._heteroskedastic():
+            return _variance.fit_variance(self, X, y)
         problem = build_bart_problem(X, y, nu=float(self.nu), q=float(self.q), **self._problem_options())
         return self._run(problem, ("bart", problem.prior, self.k, self.nu, self.q, self.max_cuts))
+
+    def _outcome_options(self, problem: BARTProblem) -> dict:
+        return _variance.variance_options() if self._heteroskedastic() else super()._outcome_options(problem)
+
+    def _kernel(self, config: BARTConfig):
+        return _variance.variance_kernel(config, self.variance_trees) if self._heteroskedastic() else bart(config)
+
+    def _run_data(self, problem: BARTProblem):
+        return problem.variance_data() if self._heteroskedastic() else problem.data
+
+    def _posterior(self, traces, problem, config, num_warmup, info):
+        if self._heteroskedastic():
+            return _variance.variance_posterior(traces, problem, config, num_warmup, info)
+        return super()._posterior(traces, problem, config, num_warmup, info)
+
+    def predict_sigma(self, X) -> np.ndarray:
+        """(n,) posterior mean of the noise sd ``sigma(x)`` at the rows of ``X`` (``y``'s units);
+        ``variance_trees >= 1`` only."""
+        posterior, X = self._sigma_posterior(X)
+        return posterior.predict_sigma(X)
+
+    def predict_sigma_interval(self, X, prob: float = 0.9):
+        """``(lower, upper)`` (n,) equal-tailed credible interval of ``sigma(x)``; ``variance_trees >= 1``."""
+        posterior, X = self._sigma_posterior(X)
+        return posterior.predict_sigma_interval(X, prob=prob)
+
+    def _sigma_posterior(self, X):
+        check_is_fitted(self, "posterior_")
+        if not hasattr(self.posterior_, "predict_sigma"):
+            raise ValueError(f"{type(self).__name__}: predict_sigma needs a fit with variance_trees >= 1 (this "
+                             f"model's noise sd is one number: posterior_.sigma).")
+        return self.posterior_, self._check_predict_X(X)
 
     def predict(self, X) -> np.ndarray:
         """(n,) posterior mean of the regression function."""

@@ -202,18 +202,23 @@ class BARTPosterior(Saveable):
             raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
         n, D = len(bins), self.num_chains * self.num_draws
         keys = jax.random.split(jax.random.key(seed), D) if predictive else None
-        sigma = np.asarray(self.sigma, np.float64).reshape(-1) if predictive else None
         lo, hi = np.empty(n), np.empty(n)
         for s, e in row_blocks(n, streaming.rows_per_chunk(n, D, 4 * 8)):
             f = self._draws_at(bins, start=s, stop=e)
             if predictive:
                 noise = np.concatenate([np.asarray(_noise(keys[pad], s, e - s, n))[: len(sel)]
                                         for sel, pad in draw_blocks(np.arange(D), streaming.MAX_DRAW_CHUNK)])
-                f = f + sigma[:, None] * noise
+                f = f + self._noise_sd(bins, s, e) * noise
             elif transform is not None:
                 f = transform(f)
             lo[s:e], hi[s:e] = np.quantile(f, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
         return lo, hi
+
+    def _noise_sd(self, bins: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """The noise sd of a new response per draw, (C * S, 1) (``sigma``; a heteroskedastic model:
+        (C * S, stop - start) at the rows ``bins[start:stop]``), for predictive intervals."""
+        del bins, start, stop
+        return np.asarray(self.sigma, np.float64).reshape(-1, 1)
 
     @property
     def nbytes_per_draw(self) -> int:
