@@ -13,7 +13,7 @@ apply_cpu_devices_env()  # only when the environment asks for it (BDTREE_CPU_DEV
 from . import datasets, diagnostics, exact, kernels, likelihoods, methods, priors, problem, soft, tree  # noqa: E402
 from .estimators import BARTClassifier, BARTPoissonRegressor, BARTRegressor, BARTSurvival  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
-from .estimators.bcf import BCFRegressor  # noqa: E402
+from .estimators.bcf import BCFClassifier, BCFRegressor  # noqa: E402
 from .posterior.bcf import BCFPosterior  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
@@ -43,6 +43,7 @@ __all__ = [
     "BARTRegressor",
     "BARTSurvival",
     "BARTSurvivalPosterior",
+    "BCFClassifier",
     "BCFPosterior",
     "BCFRegressor",
     "BayesianTreeClassifier",

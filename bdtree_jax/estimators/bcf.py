@@ -23,7 +23,7 @@ from ..problem.bart import MAX_CUTS
 from ..problem.bcf import BCFProblem, build_bcf_problem
 from ._checks import _FeatureChecks
 
-__all__ = ["BCFRegressor"]
+__all__ = ["BCFClassifier", "BCFRegressor"]
 
 
 def _is_int(v) -> bool:
@@ -79,6 +79,9 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
         for name, value in locals().items():
             if name != "self":
                 setattr(self, name, value)
+
+    #: the model's outcome (:class:`BCFClassifier`: "binary")
+    _outcome = "continuous"
 
     def _sampler_name(self) -> str:
         return "bart"
@@ -144,11 +147,11 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
             propensity = self._fit_propensity(X, z)
         problem = build_bcf_problem(
             X, y, z, propensity, num_trees_mu=int(self.num_trees_mu), num_trees_tau=int(self.num_trees_tau),
-            max_depth=int(self.max_depth), alpha_mu=float(self.alpha_mu), beta_mu=float(self.beta_mu),
-            alpha_tau=float(self.alpha_tau), beta_tau=float(self.beta_tau), k=float(self.k),
+            max_depth=int(self.max_depth), mu_split=(float(self.alpha_mu), float(self.beta_mu)),
+            tau_split=(float(self.alpha_tau), float(self.beta_tau)), k=float(self.k),
             tau_scale=float(self.tau_scale), nu=float(self.nu), q=float(self.q), split_prior=self.split_prior,
             max_cuts=self.max_cuts, valid_cuts=self.valid_cuts, categorical_features=self.categorical_features,
-            missing=self.missing, estimator=name)
+            missing=self.missing, outcome=self._outcome, estimator=name)
         return self._run(problem)
 
     def _config(self, problem: BCFProblem, incremental: bool) -> BCFConfig:
@@ -161,7 +164,7 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
                               general_rules=td.level_masks is not None or td.missing_code is not None)
 
         return BCFConfig(forest(int(self.num_trees_mu), problem.mu), forest(int(self.num_trees_tau), problem.tau),
-                         sample_b=bool(self.adaptive_coding))
+                         sample_b=bool(self.adaptive_coding), outcome=self._outcome)
 
     def _run(self, problem: BCFProblem):
         plan = plan_chains(int(self.num_chains))
@@ -179,13 +182,19 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
         self.posterior_ = check_convergence(bcf_posterior_from_traces(traces, problem, config, num_warmup, info),
                                             stacklevel=3)
         self._record_features(problem.n_features, problem.tau.feature_names)
+        if problem.mu.classes is not None:
+            self.classes_ = problem.mu.classes
         return self
 
-    def effect(self, X, prob: float = 0.95) -> EffectSummary:
+    def effect(self, X, prob: float = 0.95, propensity=None) -> EffectSummary:
         """The conditional average treatment effect at the rows of ``X``: ``draws`` (D, n) (D =
-        num_chains x num_samples), ``mean``, ``lower``, ``upper`` (n,) of the ``prob`` interval."""
+        num_chains x num_samples), ``mean``, ``lower``, ``upper`` (n,) of the ``prob`` interval.
+        ``propensity`` (n,): read by :class:`BCFClassifier` only (the effect on the probability
+        scale depends on the prognostic forest; None: the fitted propensity model's)."""
         X = self._check_predict_X(X)
-        return self.posterior_.effect(X, prob)
+        if self.posterior_.binary:
+            propensity = self._propensity_at(X, propensity)
+        return self.posterior_.effect(X, prob, propensity)
 
     cate = effect
 
@@ -203,10 +212,35 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
         """(n,) posterior mean of ``E[y | x, z] = mu(x, pihat) + b_z tau(x)``; ``propensity`` None:
         the fitted propensity model's (an error if the fit was given propensities)."""
         X = self._check_predict_X(X)
-        if propensity is None:
-            if self.propensity_model_ is None:
-                raise ValueError(f"{type(self).__name__}: predict needs propensity (the fit was given propensities).")
-            propensity = np.clip(self.propensity_model_.predict_proba(X)[:, 1], 1e-3, 1 - 1e-3)
-        return self.posterior_.predict_draws(X, z, propensity).mean(0)
+        return self.posterior_.predict_draws(X, z, self._propensity_at(X, propensity)).mean(0)
+
+    def _propensity_at(self, X, propensity):
+        """``propensity``, or when None the fitted propensity model's at ``X`` (an error if the fit
+        was given propensities)."""
+        if propensity is not None:
+            return propensity
+        if self.propensity_model_ is None:
+            raise ValueError(f"{type(self).__name__}: give propensity (the fit was given propensities, so there is "
+                             "no propensity model to evaluate at new rows).")
+        return np.clip(self.propensity_model_.predict_proba(X)[:, 1], 1e-3, 1 - 1e-3)
+
+
+class BCFClassifier(BCFRegressor):
+    """Probit Bayesian causal forest for a binary outcome ``y`` (two class labels, ``classes_[1]``
+    coded 1): ``P(y = 1 | x, z) = Phi(offset + mu(x, pihat) + tau(x) b_z)``, sampled with
+    Albert–Chib latents (:mod:`bdtree_jax.kernels.bcf`); the effects (``effect``, ``ate``,
+    ``att``) are differences of probabilities, ``Phi(offset + mu + b_1 tau) - Phi(offset + mu +
+    b_0 tau)``.  Parameters as :class:`BCFRegressor` (``k``: the prognostic leaves' sd ``3 / (k
+    sqrt(num_trees_mu))`` on the probit scale; ``tau_scale``: the treatment forest's sum has prior
+    sd ``tau_scale`` on the probit scale; ``nu``, ``q`` unused)."""
+
+    _outcome = "binary"
+
+    def predict(self, X, z, propensity=None) -> np.ndarray:
+        """(n,) posterior mean of ``P(y = classes_[1] | x, z)``."""
+        from scipy.special import ndtr
+
+        X = self._check_predict_X(X)
+        return ndtr(self.posterior_.predict_draws(X, z, self._propensity_at(X, propensity))).mean(0)
 
 

@@ -23,6 +23,12 @@ One sweep (:func:`step_with_draws`), every update an exact conditional draw:
    ``m_j = sum_{z_i=j} tau_i (y_i - mu_i) / (sigma2 P_j)``, for ``j = 0, 1``;
 4. ``sigma2 ~ IG((nu + n)/2, (nu lam + sum (y - mu - b_z tau)**2)/2)``.
 
+Binary outcomes (``BCFConfig(outcome="binary")``): probit BCF with Albert & Chib latents, as
+BART's binary outcome (:mod:`bdtree_jax.kernels.bart`): ``P(y_i = 1) = Phi(offset + mu_i + b_{z_i}
+tau_i)``, ``sigma2 = 1``; a sweep first draws every latent from its truncated normal conditional,
+then runs steps 1-3 on the latents less the offset (no step 4).  The effect is then reported on
+the probability scale: ``Phi(offset + mu + b_1 tau) - Phi(offset + mu + b_0 tau)``.
+
 State :class:`BCFState`; trace per sweep (:func:`trace`): ``sigma``, ``b0``, ``b1``, ``ate`` and
 ``att`` (the training rows' mean CATE, all and treated; original units), ``train_rmse``,
 ``train_log_lik``, each forest's mean leaves and depth, and the trees of both forests
@@ -38,6 +44,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jax.scipy.special import log_ndtr, ndtr
+
 from .._types import Array, PRNGKey
 from ..likelihoods import BARTLeafWeightedNormal
 from ..problem.bart import BARTData
@@ -45,6 +53,7 @@ from ..tree import tree_summaries
 from . import bart
 from .bart import BARTConfig, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
+from .probit import draw_latents
 
 __all__ = ["BCFConfig", "BCFData", "BCFDraws", "BCFInfo", "BCFState", "bcf", "draw", "geweke_step", "init",
            "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
@@ -62,10 +71,17 @@ class BCFConfig:
     mu: BARTConfig
     tau: BARTConfig
     sample_b: bool = True
+    outcome: str = "continuous"
 
     def __post_init__(self):
         if self.mu.binary or self.tau.binary:
-            raise ValueError("BCFConfig: both forests take outcome='continuous' (a binary outcome is not supported).")
+            raise ValueError("BCFConfig: both forests take outcome='continuous' (BCFConfig.outcome says the model's).")
+        if self.outcome not in bart.OUTCOMES:
+            raise ValueError(f"BCFConfig: outcome must be one of {bart.OUTCOMES}; got {self.outcome!r}.")
+
+    @property
+    def binary(self) -> bool:
+        return self.outcome == "binary"
 
 
 class BCFData(NamedTuple):
@@ -174,10 +190,15 @@ def _draw_b(normals: Array, r: Array, tau_fit: Array, z: Array, sigma2: Array) -
 
 def step_with_draws(draws: BCFDraws, state: BCFState, data: BCFData, config: BCFConfig) -> tuple[BCFState, BCFInfo]:
     """:func:`step` given its :func:`draw`."""
-    y, z, sigma2, b = data.mu.y, data.z, state.sigma2, state.b
+    z, sigma2, b = data.z, state.sigma2, state.b
     mu_fit = _forest_fit(state.mu, state.sweeps)
     tau_fit = _forest_fit(state.tau, state.sweeps)
     basis = _basis(b, z)
+    offset = data.mu.offset
+    if config.binary:  # the latents (with the key a continuous sweep spends on sigma2), less the offset
+        y = draw_latents(draws.key, offset + mu_fit + basis * tau_fit, data.mu.y) - offset
+    else:
+        y = data.mu.y
     mu_fit, mu_values, mu_changed, mu_trees, mu_can = _mu_sweep(state.mu, data.mu, y - basis * tau_fit, mu_fit,
                                                                 sigma2, draws.mu, config.mu)
     r = y - mu_fit
@@ -189,16 +210,24 @@ def step_with_draws(draws: BCFDraws, state: BCFState, data: BCFData, config: BCF
         b = _draw_b(draws.b_normals, r, tau_fit, z, sigma2)
         basis = _basis(b, z)
     residual = r - basis * tau_fit
-    if config.mu.sample_sigma:
+    if config.mu.sample_sigma and not config.binary:
         sigma2 = bart._draw_sigma2(draws.key, residual, data.mu.nu, data.mu.lam)
     n = residual.shape[0]
     scale = data.mu.y_scale
-    log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2) - n * jnp.log(scale))
-    cate = (b[1] - b[0]) * tau_fit * scale
+    if config.binary:  # Bernoulli-probit; the effect on the probability scale, the RMSE the Brier score's root
+        f = offset + mu_fit + basis * tau_fit
+        labels = data.mu.y
+        log_lik = jnp.sum(log_ndtr((2.0 * labels - 1.0) * f))
+        cate = ndtr(offset + mu_fit + b[1] * tau_fit) - ndtr(offset + mu_fit + b[0] * tau_fit)
+        rmse = jnp.sqrt(jnp.mean((labels - ndtr(f)) ** 2))
+    else:
+        log_lik = (-0.5 * jnp.sum(residual**2) / sigma2 - 0.5 * n * jnp.log(2.0 * jnp.pi * sigma2)
+                   - n * jnp.log(scale))
+        cate = (b[1] - b[0]) * tau_fit * scale
+        rmse = jnp.sqrt(jnp.mean(residual**2)) * scale
     treated = z > 0.5
     att = jnp.sum(jnp.where(treated, cate, 0.0)) / jnp.maximum(jnp.sum(treated), 1)
-    info = BCFInfo(mu_changed, tau_changed, jnp.sqrt(sigma2) * scale, jnp.sqrt(jnp.mean(residual**2)) * scale, log_lik,
-                   jnp.mean(cate), att)
+    info = BCFInfo(mu_changed, tau_changed, jnp.sqrt(sigma2) * scale, rmse, log_lik, jnp.mean(cate), att)
     sweeps = state.sweeps + 1
     mu = BARTState(mu_trees, mu_values, mu_fit, sigma2, sweeps, mu_can)
     tau = BARTState(tau_trees, tau_values, tau_fit, sigma2, sweeps, bart._can_split(tau_trees, data.tau))
@@ -241,6 +270,8 @@ def prior_draw(key: PRNGKey, data: BCFData, config: BCFConfig) -> BCFState:
     k_mu, k_tau, k_b = jax.random.split(key, 3)
     mu = bart.prior_draw(k_mu, data.mu, config.mu)
     tau = bart.prior_draw(k_tau, data.tau, config.tau)
+    if config.binary:
+        mu = mu._replace(sigma2=jnp.float32(1.0))
     if config.sample_b:
         b = (jnp.sqrt(B_PRIOR_VAR) * jax.random.normal(k_b, (2,))).astype(jnp.float32)
     else:
@@ -248,16 +279,20 @@ def prior_draw(key: PRNGKey, data: BCFData, config: BCFConfig) -> BCFState:
     return BCFState(mu, tau, b, mu.sigma2, jnp.int32(0))
 
 
-def simulate_y(key: PRNGKey, state: BCFState, data: BCFData) -> Array:
-    """``y ~ N(mu + b_z tau, sigma2)`` (n,) on the model scale."""
+def simulate_y(key: PRNGKey, state: BCFState, data: BCFData, config: BCFConfig | None = None) -> Array:
+    """``y ~ N(mu + b_z tau, sigma2)`` (n,) on the model scale; binary (``config.binary``) labels
+    ``1{offset + mu + b_z tau + N(0, 1) > 0}`` (0/1 float32)."""
     mean = state.mu.fit + _basis(state.b, data.z) * state.tau.fit
-    return (mean + jnp.sqrt(state.sigma2) * jax.random.normal(key, mean.shape)).astype(jnp.float32)
+    noise = jax.random.normal(key, mean.shape)
+    if config is not None and config.binary:
+        return (data.mu.offset + mean + noise > 0).astype(jnp.float32)
+    return (mean + jnp.sqrt(state.sigma2) * noise).astype(jnp.float32)
 
 
 def geweke_step(key: PRNGKey, state: BCFState, data: BCFData, config: BCFConfig):
     """One step of Geweke's (2004) successive-conditional simulator: ``y ~ p(y | state)``, then one
     sweep given it.  Returns ``(state, data with the new y, info)``."""
     k_y, k_sweep = jax.random.split(key)
-    data = data._replace(mu=data.mu._replace(y=simulate_y(k_y, state, data)))
+    data = data._replace(mu=data.mu._replace(y=simulate_y(k_y, state, data, config)))
     state, info = step(k_sweep, state, data, config)
     return state, data, info

@@ -81,13 +81,27 @@ class BCFPosterior:
         b = np.asarray(self.b, np.float64).reshape(-1, 2)
         return b[:, 1] - b[:, 0]
 
-    def cate_draws(self, X) -> np.ndarray:
-        """(C * S, n) ``CATE(x) = (b_1 - b_0) tau(x)`` per draw at the rows of ``X`` (``y``'s units)."""
-        return self._contrast()[:, None] * self.tau.predict_draws(X)
+    @property
+    def binary(self) -> bool:
+        return self.mu.y_train is not None and getattr(self.mu, "classes", None) is not None
 
-    def effect(self, X, prob: float = 0.95) -> EffectSummary:
+    def cate_draws(self, X, propensity=None) -> np.ndarray:
+        """(C * S, n) ``CATE(x) = (b_1 - b_0) tau(x)`` per draw at the rows of ``X`` (``y``'s
+        units); binary outcome: ``Phi(f_1) - Phi(f_0)``, ``f_j = offset + mu(x, pihat) + b_j tau(x)``
+        (``propensity`` (n,) then required)."""
+        if not self.binary:
+            return self._contrast()[:, None] * self.tau.predict_draws(X)
+        from scipy.special import ndtr
+
+        n = len(self.tau._bins(X))
+        f = self.mu.predict_draws(_with_propensity(X, check_propensity(propensity, n, "effect")))
+        t = self.tau.predict_draws(X)
+        b = np.asarray(self.b, np.float64).reshape(-1, 2)
+        return ndtr(f + b[:, 1:] * t) - ndtr(f + b[:, :1] * t)
+
+    def effect(self, X, prob: float = 0.95, propensity=None) -> EffectSummary:
         """The CATE at the rows of ``X``: draws (C * S, n), posterior mean and ``prob`` interval (n,)."""
-        return _summary(self.cate_draws(X), prob)
+        return _summary(self.cate_draws(X, propensity), prob)
 
     def ate(self, prob: float = 0.95) -> EffectSummary:
         """The training rows' average effect (mean CATE over them) per draw, its mean and interval."""
@@ -121,7 +135,8 @@ def bcf_posterior_from_traces(traces: dict, problem: BCFProblem, config, num_war
     """The posterior of a BCF run from its per-iteration ``traces`` ((C, W + S, ...) arrays of
     :func:`~bdtree_jax.kernels.bcf.trace`); the first ``num_warmup`` iterations are warm-up."""
     mu = _forest(traces, "mu", problem.mu, config.mu, num_warmup, info)
-    tau = _forest(traces, "tau", problem.tau, config.tau, num_warmup, info, y_offset=0.0, y_scale=problem.mu.y_scale)
+    tau = _forest(traces, "tau", problem.tau, config.tau, num_warmup, info, y_offset=0.0,
+                  y_scale=1.0 if config.binary else problem.mu.y_scale)
     scalars = [k for k in traces if not k.endswith(("_tree", "_leaf_values"))]
     b = np.stack([np.asarray(traces["b0"]), np.asarray(traces["b1"])], axis=-1)[:, num_warmup:]
     return BCFPosterior(mu, tau, b, {k: np.asarray(traces[k])[:, num_warmup:] for k in scalars},

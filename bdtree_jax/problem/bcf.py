@@ -20,7 +20,7 @@ import pandas as pd
 from ..likelihoods import BARTLeafWeightedNormal
 from ..priors.tree_data import to_device
 from ..kernels.bcf import BCFData
-from .bart import BARTProblem, build_bart_problem
+from .bart import BARTProblem, build_bart_probit_problem, build_bart_problem
 
 __all__ = ["BCFProblem", "build_bcf_problem", "check_propensity", "check_treatment"]
 
@@ -81,25 +81,33 @@ def _with_propensity(X, p: np.ndarray):
 
 
 def build_bcf_problem(X, y, z, propensity, *, num_trees_mu: int, num_trees_tau: int, max_depth: int = 5,
-                      alpha_mu: float = 0.95, beta_mu: float = 2.0, alpha_tau: float = 0.25, beta_tau: float = 3.0,
-                      k: float = 2.0, tau_scale: float = 1.0, nu: float = 3.0, q: float = 0.9,
+                      mu_split: tuple = (0.95, 2.0), tau_split: tuple = (0.25, 3.0), k: float = 2.0, tau_scale: float = 1.0, nu: float = 3.0, q: float = 0.9,
                       split_prior: str = "uniform", max_cuts: int | None = 255, valid_cuts: str = "ancestors",
-                      categorical_features="from_dtype", missing: str = "mia",
+                      categorical_features="from_dtype", missing: str = "mia", outcome: str = "continuous",
                       estimator: str = "build_bcf_problem") -> BCFProblem:
-    """The problem of a BCF fit (module docstring): ``X`` (n, F), ``y`` (n,) real, ``z`` (n,)
-    0/1, ``propensity`` (n,) in (0, 1)."""
+    """The problem of a BCF fit (module docstring): ``X`` (n, F), ``y`` (n,) real (``outcome=
+    "binary"``: two class labels, probit BCF: the prognostic forest as probit BART's, ``nu``, ``q``
+    unused, the treatment forest's sum of prior sd ``tau_scale`` on the latent scale), ``z`` (n,)
+    0/1, ``propensity`` (n,) in (0, 1); ``mu_split``, ``tau_split`` each forest's ``(alpha,
+    beta)``."""
+    (alpha_mu, beta_mu), (alpha_tau, beta_tau) = mu_split, tau_split
     common = dict(max_depth=max_depth, split_prior=split_prior, max_cuts=max_cuts, valid_cuts=valid_cuts,
                   categorical_features=categorical_features, missing=missing, estimator=estimator)
-    tau = build_bart_problem(X, y, n_trees=num_trees_tau, alpha=alpha_tau, beta=beta_tau, k=k, nu=nu, q=q, **common)
+    binary = outcome == "binary"
+    if binary:
+        build = build_bart_probit_problem
+    else:
+        build = build_bart_problem
+        common.update(nu=nu, q=q)
+    tau = build(X, y, n_trees=num_trees_tau, alpha=alpha_tau, beta=beta_tau, k=k, **common)
     n = len(tau.y_train)
     z = check_treatment(z, n, estimator)
     p = check_propensity(propensity, n, estimator)
-    mu = build_bart_problem(_with_propensity(X, p), y, n_trees=num_trees_mu, alpha=alpha_mu, beta=beta_mu, k=k, nu=nu,
-                            q=q, **common)
+    mu = build(_with_propensity(X, p), y, n_trees=num_trees_mu, alpha=alpha_mu, beta=beta_mu, k=k, **common)
     y_scaled = np.asarray(mu.data.y, np.float64)
-    tau2 = float((tau_scale * np.std(y_scaled)) ** 2 / num_trees_tau)
+    tau2 = float((tau_scale * (1.0 if binary else np.std(y_scaled))) ** 2 / num_trees_tau)
     td = tau.data.tree_data
-    lik = BARTLeafWeightedNormal(np.float32(mu.sigma_hat**2), np.float32(tau2))
+    lik = BARTLeafWeightedNormal(np.float32(1.0 if binary else mu.sigma_hat**2), np.float32(tau2))
     ones = np.ones_like(y_scaled)
     stats = to_device(np.asarray(BARTLeafWeightedNormal.row_stats(y_scaled, ones, ones)), np.float32)
     tau_data = tau.data._replace(tree_data=td._replace(point_stats=stats, likelihood=lik), y=mu.data.y)
