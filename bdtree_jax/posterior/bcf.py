@@ -63,18 +63,10 @@ class BCFPosterior:
     propensity_train: np.ndarray
     info: dict = field(default_factory=dict)
 
-    @property
-    def num_chains(self) -> int:
-        return int(self.b.shape[0])
-
-    @property
-    def num_draws(self) -> int:
-        return int(self.b.shape[1])
-
-    @property
-    def sigma(self) -> np.ndarray:
-        """(C, S) noise sd in ``y``'s units."""
-        return self.stats["sigma"]
+    #: chains and kept draws per chain (the forests'), (C, S) noise sd in ``y``'s units
+    num_chains = property(lambda self: self.tau.num_chains)
+    num_draws = property(lambda self: self.tau.num_draws)
+    sigma = property(lambda self: self.stats["sigma"])
 
     def _contrast(self) -> np.ndarray:
         """(C * S,) ``b_1 - b_0`` per draw."""
