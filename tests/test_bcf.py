@@ -190,7 +190,8 @@ def test_geweke_getting_it_right(sampler):
 @pytest.mark.slow
 def test_geweke_probit_getting_it_right():
     """Probit BCF (latents, both forests, b0, b1; sigma2 = 1): 32 chains x 4,000 sweeps vs
-    200,000 forward draws, every |z| < 4 (sigma2's two statistics, constant 1, give z = 0)."""
+    200,000 forward draws, every |z| < 4 (sigma2's two statistics, constant 1, give z = 0;
+    observed max |z| 2.30)."""
     z = geweke_z("grow-prune", 32, 4000, 200_000, outcome="binary")
     print("probit", _report(z))
     assert np.all(np.abs(z) < 4.0), _report(z)
