@@ -14,6 +14,8 @@ from . import datasets, diagnostics, exact, kernels, likelihoods, methods, prior
 from . import inspection  # noqa: E402
 from .estimators import BARTClassifier, BARTPoissonRegressor, BARTRegressor, BARTSurvival  # noqa: E402
 from .estimators import BayesianTreeClassifier, BayesianTreeRegressor  # noqa: E402
+from .estimators.bcf import BCFClassifier, BCFRegressor  # noqa: E402
+from .posterior.bcf import BCFPosterior  # noqa: E402
 from .data import SplitGrid, TreeData, make_split_grid  # noqa: E402
 from .likelihoods import DirichletMultinomial, NormalMeanShift  # noqa: E402
 from .posterior import Posterior, SoftTreePosterior  # noqa: E402
@@ -44,6 +46,9 @@ __all__ = [
     "BARTSurvival",
     "BARTSurvivalPosterior",
     "BARTVariancePosterior",
+    "BCFClassifier",
+    "BCFPosterior",
+    "BCFRegressor",
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
     "BdtreeFileError",
