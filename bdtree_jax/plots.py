@@ -31,43 +31,23 @@ _SPLIT_BOX = dict(boxstyle="round", fc="#dde8f5", ec="#4a6fa5")
 _LEAF_BOX = dict(boxstyle="round", fc="#eef5dd", ec="#6a8f3a")
 
 
-def _node_rule(tree, i: int, thresholds, levels, names) -> tuple[str, str, str]:
-    """Node ``i``'s rule as drawn, ``(text, left edge, right edge)``: ``name <= t`` (the data's
-    units) or ``name in {a, b}`` (the levels that go left), the edges ``yes`` / ``no`` with
-    ``+ NA`` on the side a missing value takes (trees with missing-value bits)."""
-    from .tree import _rule_text
-
-    text = _rule_text(tree, i, thresholds, levels, names)[0].split(" (NA")[0]
-    left, right = "yes", "no"
-    if tree.nan_left is not None:
-        if bool(np.asarray(tree.nan_left)[i]):
-            left += " + NA"
-        else:
-            right += " + NA"
-    return text, left, right
-
-
 def draw_tree(
-    tree,
-    thresholds: np.ndarray,
-    feature_names: Sequence[str] | None = None,
+    is_split,
+    rules: dict,
     leaf_labels: Sequence[str] | None = None,
     ax=None,
-    levels: Sequence | None = None,
     title: str | None = None,
 ):
     """Draw one tree with matplotlib; returns the Axes.
 
-    tree : one :class:`~bdtree_jax.tree.Tree` (arrays of (N,) heap slots); thresholds : (F, C)
-    the grid's thresholds (the data's units); feature_names : (F,) names (default ``x0, x1, ...``);
-    leaf_labels : (N,) text per heap slot, drawn at the leaves (default ``leaf``); levels : the
-    grid's level labels per feature (None for an ordered one).  A split shows its rule, its left
-    edge ``yes`` and right edge ``no`` (``+ NA``: where a missing value goes); a leaf its label.
-    A new figure is sized to the tree when ``ax`` is None.
+    is_split : (N,) bool per heap slot; rules : ``{slot: (text, left edge, right edge)}`` of every
+    split (:func:`bdtree_jax.tree.plot_tree` writes them: the rule in the data's units or the
+    levels that go left, ``yes`` / ``no`` with ``+ NA`` where a missing value goes); leaf_labels :
+    (N,) text per heap slot, drawn at the leaves (default ``leaf``).  A new figure is sized to the
+    tree when ``ax`` is None.
     """
     plt = pyplot()
-    is_split = np.asarray(tree.is_split)
-    names = list(feature_names) if feature_names is not None else None
+    is_split = np.asarray(is_split)
     xpos: dict[int, float] = {}
     order = [0]
 
@@ -88,7 +68,7 @@ def draw_tree(
     for i, x in xpos.items():
         y = -depth[i]
         if is_split[i]:
-            text, left, right = _node_rule(tree, i, thresholds, levels, names)
+            text, left, right = rules[i]
             for child, edge in ((2 * i + 1, left), (2 * i + 2, right)):
                 cx, cy = xpos[child], -depth[child]
                 ax.plot([x, cx], [y, cy], color="0.6", zorder=1)

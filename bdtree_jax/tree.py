@@ -630,4 +630,22 @@ def plot_tree(
     with its rule, the edges ``yes`` / ``no`` and the missing-value side); returns the Axes."""
     from .plots import draw_tree
 
-    return draw_tree(tree, thresholds, feature_names, leaf_labels, ax=ax, levels=levels)
+    names = list(feature_names) if feature_names is not None else None
+    is_split = np.asarray(tree.is_split)
+    rules = {int(i): _node_rule(tree, i, thresholds, levels, names) for i in np.flatnonzero(is_split)}
+    return draw_tree(is_split, rules, leaf_labels, ax=ax)
+
+
+def _node_rule(tree, i: int, thresholds, levels, names) -> tuple[str, str, str]:
+    """Node ``i``'s rule as drawn, ``(text, left edge, right edge)``: ``name <= t`` (the data's
+    units) or ``name in {a, b}`` (the levels that go left), the edges ``yes`` / ``no`` with
+    ``+ NA`` on the side a missing value takes (trees with missing-value bits)."""
+    text = _rule_text(tree, i, thresholds, levels, names)[0].split(" (NA")[0]
+    left, right = "yes", "no"
+    if tree.nan_left is not None:
+        if bool(np.asarray(tree.nan_left)[i]):
+            left += " + NA"
+        else:
+            right += " + NA"
+    return text, left, right
+

@@ -32,7 +32,7 @@ import bdtree_jax
 #: above it (``bdtree_jax.kernels`` covers ``bdtree_jax.kernels.cgm``).
 LAYERS = {
     "base": ("bdtree_jax._types", "bdtree_jax._devices", "bdtree_jax._files", "bdtree_jax._renamed"),
-    "tree": ("bdtree_jax.tree", "bdtree_jax.soft"),
+    "tree": ("bdtree_jax.tree", "bdtree_jax.soft", "bdtree_jax.plots"),
     "data": ("bdtree_jax.data", "bdtree_jax.features", "bdtree_jax.datasets"),
     "model": ("bdtree_jax.priors", "bdtree_jax.likelihoods", "bdtree_jax.problem", "bdtree_jax.exact",
               "bdtree_jax.pcfg", "bdtree_jax.soft_models"),
@@ -41,7 +41,7 @@ LAYERS = {
     "driver": ("bdtree_jax.driver", "bdtree_jax._checkpoint"),
     "posterior": ("bdtree_jax.posterior", "bdtree_jax._arviz", "bdtree_jax.diagnostics"),
     "face": ("bdtree_jax.methods", "bdtree_jax.api", "bdtree_jax.estimators", "bdtree_jax.cli", "bdtree_jax._cli_keys",
-             "bdtree_jax"),
+             "bdtree_jax._cli_data", "bdtree_jax.inspection", "bdtree_jax"),
 }
 
 _BELOW_MODEL = ("model", "data", "tree", "base")

@@ -21,6 +21,7 @@ from ..api import PRIOR_OPTIONS
 from ..diagnostics import check_convergence
 from ..methods import Method, RunOptions, from_flat, method_from_name
 from ..methods.flat import TEMPERING_OPTIONS, method_options, warn_deprecated
+from ..posterior.inclusion import split_shares
 from ..priors import TreePrior
 from ..problem import build_problem
 from ._checks import _FeatureChecks
@@ -125,10 +126,9 @@ class _BayesianTree(_FeatureChecks, BaseEstimator):
         """(F,) posterior mean split inclusion: per draw, the share of the tree's split rules on each
         feature, averaged over the draws with a split (NaN if none has one).  With credible
         intervals: :func:`bdtree_jax.inspection.split_inclusion`."""
-        from ..inspection.importance import split_inclusion
-
         check_is_fitted(self, "posterior_")
-        return split_inclusion(self).mean
+        shares = split_shares(self.posterior_)
+        return shares.mean(0) if len(shares) else np.full(shares.shape[1], np.nan)
 
     def map_tree_text(self) -> str:
         """Text of the MAP tree with feature names and leaf summaries."""

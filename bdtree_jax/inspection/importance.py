@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
+from ..posterior.inclusion import split_shares
 from ._response import response_of, set_column, stacked_draws, take_rows
 from .partial_dependence import _column, _names
 
@@ -74,43 +75,11 @@ def _check_prob(prob, where: str) -> float:
     return float(prob)
 
 
-def _shares(weights: np.ndarray) -> np.ndarray:
-    """(D, F) per-draw shares of the rule weights (D, F); rows without any weight dropped."""
-    total = weights.sum(-1, keepdims=True)
-    keep = total[:, 0] > 0
-    return weights[keep] / total[keep]
-
-
-def _tree_rule_weights(post) -> np.ndarray:
-    """(D, F) per draw, the number of split rules on each feature of a single-tree posterior (an
-    oblique rule: its absolute weights, normalised to 1 per rule)."""
-    if hasattr(post, "trees"):
-        is_split, feature = np.asarray(post.trees.is_split), np.asarray(post.trees.feature)
-        F = post.grid.n_features
-        one_hot = feature[..., None] == np.arange(F)
-    else:  # a soft tree (RJHMC): axis-aligned features, or every rule's weight vector
-        is_split, d = np.asarray(post.draws["is_split"]), post.draws
-        F = len(post.x_min)
-        if "tree_weights" in d:
-            w = np.abs(np.asarray(d["tree_weights"], np.float64))
-            one_hot = w / np.maximum(w.sum(-1, keepdims=True), np.finfo(np.float64).tiny)
-        else:
-            one_hot = np.asarray(d["feature"])[..., None] == np.arange(F)
-        width = min(one_hot.shape[-2], is_split.shape[-1])
-        is_split, one_hot = is_split[..., :width], one_hot[..., :width, :]
-    weights = (one_hot * is_split[..., None]).sum(-2, dtype=np.float64)
-    return weights.reshape(-1, F)
-
-
 def inclusion_draws(est) -> np.ndarray:
     """(D', F) per posterior draw with at least one split, the share of its split rules on each
-    feature (rows sum to 1)."""
+    feature (rows sum to 1): :func:`bdtree_jax.posterior.inclusion.split_shares` of its posterior."""
     check_is_fitted(est, "posterior_")
-    post = est.posterior_
-    if hasattr(post, "variable_inclusion"):  # BART (every outcome): its own count of the rules
-        props = post.variable_inclusion().reshape(-1, post.grid.n_features)
-        return props[~np.isnan(props[:, 0])]
-    return _shares(_tree_rule_weights(post))
+    return split_shares(est.posterior_)
 
 
 def _feature_names(est, n_features: int) -> list:

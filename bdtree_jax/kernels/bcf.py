@@ -49,6 +49,7 @@ from jax.scipy.special import log_ndtr, ndtr
 from .._types import Array, PRNGKey
 from ..likelihoods import BARTLeafWeightedNormal
 from ..problem.bart import BARTData
+from ..problem.bcf import BCFData
 from ..tree import tree_summaries
 from . import bart
 from .bart import BARTConfig, BARTState, SweepDraws
@@ -82,18 +83,6 @@ class BCFConfig:
     @property
     def binary(self) -> bool:
         return self.outcome == "binary"
-
-
-class BCFData(NamedTuple):
-    """What a sweep reads: ``mu`` the prognostic forest's :class:`BARTData` (its ``y`` the
-    response on the model scale, ``nu``, ``lam``, ``sigma2_init``, ``y_scale`` those of the model),
-    ``tau`` the treatment forest's (its ``tree_data`` on the inputs without the propensity, its
-    likelihood a :class:`BARTLeafWeightedNormal` carrying the leaf variance, ``point_stats``
-    (n, 4)); ``z`` (n,) float32 0/1 the treatment."""
-
-    mu: BARTData
-    tau: BARTData
-    z: Array
 
 
 class BCFState(NamedTuple):

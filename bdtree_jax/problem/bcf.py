@@ -13,21 +13,34 @@ prior calibrated by ``nu``, ``q``); the treatment forest ``tau`` is BART's probl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from .._types import Array
 from ..likelihoods import BARTLeafWeightedNormal
 from ..priors.tree_data import to_device
-from ..kernels.bcf import BCFData
-from .bart import BARTProblem, build_bart_probit_problem, build_bart_problem
+from .bart import BARTData, BARTProblem, build_bart_probit_problem, build_bart_problem
 
-__all__ = ["BCFProblem", "build_bcf_problem", "check_propensity", "check_treatment"]
+__all__ = ["BCFData", "BCFProblem", "build_bcf_problem", "check_propensity", "check_treatment"]
+
+
+class BCFData(NamedTuple):
+    """What a sweep of :mod:`bdtree_jax.kernels.bcf` reads: ``mu`` the prognostic forest's
+    :class:`~bdtree_jax.problem.bart.BARTData` (its ``y`` the response on the model scale, ``nu``, ``lam``, ``sigma2_init``, ``y_scale`` those of the model),
+    ``tau`` the treatment forest's (its ``tree_data`` on the inputs without the propensity, its
+    likelihood a :class:`~bdtree_jax.likelihoods.BARTLeafWeightedNormal` carrying the leaf variance, ``point_stats``
+    (n, 4)); ``z`` (n,) float32 0/1 the treatment."""
+
+    mu: BARTData
+    tau: BARTData
+    z: Array
 
 
 @dataclass(frozen=True, eq=False)
 class BCFProblem:
-    """One BCF fit's model and data: ``data`` (:class:`~bdtree_jax.kernels.bcf.BCFData`), ``mu``
+    """One BCF fit's model and data: ``data`` (:class:`BCFData`), ``mu``
     and ``tau`` the two forests' :class:`~bdtree_jax.problem.bart.BARTProblem` (``mu``'s inputs
     end with the propensity column), ``z`` (n,) int 0/1, ``propensity`` (n,) float64, ``tau2``
     the treatment forest's leaf variance (model scale)."""
