@@ -1,0 +1,255 @@
+"""Monotone BART (mBART: Chipman, George, McCulloch & Shively 2022, Bayesian Analysis 17), exact:
+the constraint in the prior, moves that keep it.
+
+Model: BART's (:mod:`bdtree_jax.kernels.bart`, regression or probit) with every tree's function
+monotone in the constrained features: ``monotone[j] = +1`` nondecreasing in feature ``j``, ``-1``
+nonincreasing, ``0`` free.  A sum of monotone trees is monotone, so every prediction of every
+draw is.  A tree ``T`` with leaf values ``mu`` is monotone iff ``mu_a <= mu_b`` for every pair of
+leaves whose cells are *comparable*: ``a``'s cell lies below ``b``'s in a feature with ``+1``
+(above for ``-1``) and the two cells overlap in every other feature (cells are boxes in the binned
+inputs, the root's unbounded: the constraint holds over the whole input space, not only at the
+training rows).  :func:`relation` builds that set ``C(T)`` as an (N, N) boolean matrix.
+
+Prior (per tree, independent across trees)::
+
+    p(T, mu) = p_CGM(T) prod_leaves N(mu_l; 0, tau2) 1{mu in C(T)} / Z,   Z = E_{p_CGM}[P(mu in C(T))]
+
+normalised *jointly* (one constant ``Z`` for all trees), not per tree: the tree's marginal prior is
+``p_CGM(T) P_T(C(T)) / Z`` (trees whose leaves need more orderings are a priori less likely), the
+leaf values given the tree the normal prior truncated to ``C(T)``.  With this choice no intractable
+per-tree constant enters any acceptance ratio.
+
+One update of tree ``m`` on its partial residual (BART's grow-prune sweep,
+:func:`bdtree_jax.kernels.bart._grow_prune_sweep`, with its ``leaf_step`` hook, :func:`_leaf_step`):
+
+1. grow (prune) proposal of the structure as BART's, and *jointly* the new leaf values: the two
+   children's (the merged node's) drawn from their unconstrained conjugate conditionals given the
+   residual, every other leaf keeping its value.  That proposal's density cancels the new leaves'
+   prior times likelihood up to their conjugate marginal, so the reversible-jump acceptance
+   ratio is BART's (leaf values integrated out) times ``1{proposed mu in C(T*)}``: the move is
+   accepted by BART's test *and* only if the proposed values keep the tree monotone.
+2. every leaf value of the resulting tree in turn (a fixed order) from its full conditional: its
+   conjugate normal truncated to ``[max of the leaves that must lie below, min of those that
+   must lie above]`` (:func:`truncated_normal`, inverse CDF in the lower tail, float32).
+
+Steps 1 and 2 each leave ``p(T, mu | residual)`` invariant; ``sigma2`` (or the probit latents) is
+drawn as in BART.  Numeric features only (no categorical features or missing values) and the
+``"grow-prune"`` tree sampler.  State, info and trace: BART's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import ndtr, ndtri
+
+from .._types import Array, PRNGKey
+from ..problem.bart import BARTData
+from ..tree import leaf_nodes, n_nodes
+from . import bart
+from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
+from .base import SamplingAlgorithm, with_config
+
+__all__ = ["bart_monotone", "check", "draw", "geweke_step", "prior_draw", "relation", "satisfies", "step",
+           "step_with_draws", "truncated_normal"]
+
+#: The root cell's upper bin bound (every bin index is below it).
+_TOP = 2**30
+#: Probabilities handed to ndtri are kept in [_P_LOW, 1 - _P_LOW] (a float32 tail of 1e-30).
+_P_LOW = 1e-30
+
+
+def check(config: BARTConfig, monotone: tuple) -> None:
+    """ValueError unless ``config`` runs the grow-prune sweep on numeric data and ``monotone`` is a
+    tuple of -1/0/+1."""
+    if config.tree_sampler != "grow-prune" or config.general_rules:
+        raise ValueError("monotone BART runs tree_sampler='grow-prune' on numeric features (no categorical "
+                         f"features or missing values); got tree_sampler={config.tree_sampler!r}, "
+                         f"general_rules={config.general_rules!r}.")
+    if not isinstance(monotone, tuple) or any(c not in (-1, 0, 1) for c in monotone):
+        raise ValueError(f"monotone must be a tuple of -1, 0 or +1 per feature; got {monotone!r}.")
+
+
+def relation(feature: Array, cut: Array, leaf: Array, monotone: tuple) -> Array:
+    """(N, N) bool ``L[a, b]``: leaf ``a``'s value must be <= leaf ``b``'s for the tree to be
+    monotone.  ``feature``, ``cut`` (N,) int the rules (``bin <= cut`` goes left) of the heap tree
+    whose leaves are ``leaf`` (N,) bool; ``monotone`` one of -1/0/+1 per feature (F,).  Cells are
+    propagated from the root (unbounded) level by level; an empty cell constrains nothing."""
+    N, F = feature.shape[0], len(monotone)
+    lo = jnp.zeros((N, F), jnp.int32)
+    hi = jnp.full((N, F), _TOP, jnp.int32)
+    depth = N.bit_length() - 1
+    for d in range(1, depth + 1):
+        idx = jnp.arange(2**d - 1, 2 ** (d + 1) - 1)
+        parent = (idx - 1) // 2
+        on_rule = jnp.arange(F) == feature[parent][:, None]  # (width, F)
+        left = (idx % 2 == 1)[:, None]
+        c = cut[parent][:, None].astype(jnp.int32)
+        lo = lo.at[idx].set(jnp.where(on_rule & ~left, c + 1, lo[parent]))
+        hi = hi.at[idx].set(jnp.where(on_rule & left, c, hi[parent]))
+    live = leaf & jnp.all(lo <= hi, axis=1)
+    below = hi[:, None, :] < lo[None, :, :]  # (N, N, F): a's cell entirely below b's in f
+    apart = below | jnp.swapaxes(below, 0, 1)
+    # comparable in f: apart in f and overlapping in every other feature
+    only = jnp.sum(apart, axis=2) == 1
+    out = jnp.zeros((N, N), bool)
+    for j, c in enumerate(monotone):
+        if c == 1:
+            out = out | below[:, :, j]
+        elif c == -1:
+            out = out | below[:, :, j].T
+    return out & only & live[:, None] & live[None, :]
+
+
+def satisfies(rel: Array, values: Array) -> Array:
+    """() bool: ``values`` (N,) keep every order ``rel`` (N, N) asks for."""
+    return jnp.all(~rel | (values[:, None] <= values[None, :]))
+
+
+def truncated_normal(mean: Array, sd: Array, lo: Array, hi: Array, u: Array) -> Array:
+    """``N(mean, sd**2)`` truncated to ``[lo, hi]`` (bounds may be infinite) by its inverse CDF at
+    the uniform ``u``; an interval in the upper tail is mirrored to the lower one (its CDF values
+    keep their relative precision there)."""
+    a, b = (lo - mean) / sd, (hi - mean) / sd
+    flip = a > 0
+    a2, b2 = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
+    pa, pb = ndtr(a2), ndtr(b2)
+    z = ndtri(jnp.clip(pa + u * (pb - pa), _P_LOW, 1.0 - 2.0**-24))
+    z = jnp.clip(jnp.where(flip, -z, z), a, b)
+    return mean + sd * z
+
+
+def _gibbs(rel, active, mean, sd, values, u):
+    """Every ``active`` leaf's value in turn (slot order) from its conjugate ``N(mean, sd**2)``
+    truncated by its neighbours in ``rel`` at their current values; (N,) each."""
+    order = jnp.argsort(~active, stable=True)  # the active slots first
+
+    def one(i, v):
+        a = order[i]
+        lo = jnp.max(jnp.where(rel[:, a], v, -jnp.inf))
+        hi = jnp.min(jnp.where(rel[a, :], v, jnp.inf))
+        return v.at[a].set(truncated_normal(mean[a], sd[a], lo, hi, u[a]))
+
+    return jax.lax.fori_loop(0, jnp.sum(active), one, values)
+
+
+def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uniforms: Array):
+    """:func:`bdtree_jax.kernels.bart._grow_prune_sweep`'s ``leaf_step``: from the sweep's
+    proposals ``props`` and per-tree inputs ``xs``, every tree's finer tree's order (M, N, N) and
+    the per-tree function returning (accepted, values) for the sequential pass (module docstring);
+    ``uniforms`` (M, N) the Gibbs draws' uniforms."""
+    tree = state.trees.tree
+    N = tree.is_split.shape[-1]
+    slot = jnp.arange(N)
+    node, splits = props.node, props.splits
+    left = 2 * node + 1
+    is_kid = ((slot - left[:, None]) >> 1) == 0
+    at_node = slot == node[:, None]
+    fine_leaf = jnp.where(is_kid, True, jnp.where(at_node, False, jax.vmap(leaf_nodes)(tree)))
+    grow_here = at_node & splits[:, None]
+    feature = jnp.where(grow_here, props.feature[:, None], tree.feature)
+    cut = jnp.where(grow_here, props.cut[:, None], tree.cut)
+    rel = jax.vmap(functools.partial(relation, monotone=monotone))(feature, cut, fine_leaf)
+    counts = xs[4]
+    leaf_model = bart._leaf_model(data, state.sigma2)
+    _, sd = leaf_model.posterior_factors(counts)
+    n_node = jnp.take_along_axis(counts, left[:, None], 1)[:, 0] + jnp.take_along_axis(counts, left[:, None] + 1, 1)[:, 0]
+    _, node_sd = leaf_model.posterior_factors(n_node)
+
+    def per_tree(m, accepted, sums, s_node, xs_m):
+        old, factor, leaf_draw, node_factor, node_draw = xs_m[4], xs_m[6], xs_m[7], xs_m[10], xs_m[11]
+        kid, r = is_kid[m], rel[m]
+        node_value = s_node * node_factor + node_draw
+        proposal = jnp.where(kid, jnp.where(splits[m], sums * factor + leaf_draw, node_value), old)
+        accepted = accepted & satisfies(r, proposal)
+        coarse = accepted != splits[m]
+        current = jnp.where(accepted, proposal, old)
+        # the coarse tree: its node is the left child's slot (rows, order and value), the right one follows it
+        merged = coarse & (slot == left[m])
+        dropped = coarse & (slot == left[m] + 1)
+        r = jnp.where(merged[:, None], r | r[left[m] + 1][None, :], r)
+        r = jnp.where(merged[None, :], r | r[:, left[m] + 1][:, None], r)
+        r = r & ~dropped[:, None] & ~dropped[None, :] & ~jnp.eye(N, dtype=bool)
+        mean = jnp.where(merged, s_node * node_factor, sums * factor)
+        sd_m = jnp.where(merged, node_sd[m], sd[m])
+        new = _gibbs(r, fine_leaf[m] & ~dropped, mean, sd_m, current, uniforms[m])
+        return accepted, jnp.where(dropped, new[left[m]], new)
+
+    return per_tree
+
+
+def draw(key: PRNGKey, config: BARTConfig) -> tuple[SweepDraws, Array]:
+    """The randomness of one sweep: BART's :func:`~bdtree_jax.kernels.bart.draw` and (M, N)
+    uniforms for the leaves' Gibbs updates."""
+    k_sweep, k_gibbs = jax.random.split(key)
+    return bart.draw(k_sweep, config), jax.random.uniform(k_gibbs, (config.n_trees, n_nodes(config.max_depth)))
+
+
+def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig,
+         monotone: tuple) -> tuple[BARTState, BARTInfo]:
+    """One sweep (module docstring)."""
+    return step_with_draws(draw(key, config), state, data, config, monotone)
+
+
+def step_with_draws(draws, state: BARTState, data: BARTData, config: BARTConfig,
+                    monotone: tuple) -> tuple[BARTState, BARTInfo]:
+    """:func:`step` given its :func:`draw`."""
+    sweep, uniforms = draws
+    hook = functools.partial(_leaf_step, state=state, data=data, monotone=monotone, uniforms=uniforms)
+    return bart.step_with_draws(sweep, state, data, config, leaf_step=hook)
+
+
+@functools.lru_cache(maxsize=64)
+def bart_monotone(config: BARTConfig, monotone: tuple) -> SamplingAlgorithm:
+    """Monotone BART as a :class:`SamplingAlgorithm` on :class:`BARTData`; ``monotone`` one of
+    -1/0/+1 per feature; cached per configuration."""
+    check(config, monotone)
+    return with_config(bart.init, functools.partial(step_with_draws, monotone=monotone), bart.trace, draw, config)
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation from the model (prior draws, Geweke's successive-conditional simulator)
+
+
+def tree_relations(state: BARTState, monotone: tuple) -> Array:
+    """(M, N, N) every tree's order (:func:`relation`) on its leaves."""
+    t = state.trees.tree
+    return jax.vmap(functools.partial(relation, monotone=monotone))(t.feature, t.cut, jax.vmap(leaf_nodes)(t))
+
+
+def prior_draw(key: PRNGKey, data: BARTData, config: BARTConfig, monotone: tuple) -> BARTState:
+    """A draw from the prior (module docstring) by rejection: each tree with its normal leaf values
+    from :func:`bdtree_jax.kernels.bart.prior_draw`, redrawn (tree and values together) until its
+    values are in ``C(T)``; ``sigma2`` from the first draw."""
+    k_first, k_redraws = jax.random.split(key)
+    first = bart.prior_draw(k_first, data, config)
+
+    def ok(state):
+        return jax.vmap(satisfies)(tree_relations(state, monotone), state.leaf_values)
+
+    def redraw(carry):
+        k, state, done = carry
+        k, sub = jax.random.split(k)
+        fresh = bart.prior_draw(sub, data, config)
+        take = ~done & ok(fresh)
+
+        def pick(a, b):
+            return jnp.where(take.reshape(take.shape + (1,) * (a.ndim - 1)), b, a)
+
+        state = state._replace(trees=jax.tree.map(pick, state.trees, fresh.trees),
+                               leaf_values=pick(state.leaf_values, fresh.leaf_values),
+                               can_split=pick(state.can_split, fresh.can_split))
+        return k, state, done | take
+
+    _, state, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[2]), redraw, (k_redraws, first, ok(first)))
+    return state._replace(fit=bart._fit_from_trees(state))
+
+
+def geweke_step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig, monotone: tuple):
+    """Geweke's successive-conditional step: ``y ~ p(y | state)``, then one sweep given it."""
+    k_y, k_sweep = jax.random.split(key)
+    data = data._replace(y=bart.simulate_y(k_y, state, data, config).astype(jnp.float32))
+    state, info = step(k_sweep, state, data, config, monotone)
+    return state, data, info
