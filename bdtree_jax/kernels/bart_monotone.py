@@ -135,6 +135,14 @@ def _gibbs(rel, active, mean, sd, values, u):
     return jax.lax.fori_loop(0, jnp.sum(active), one, values)
 
 
+def _either_kid(rel: Array, left: Array, axis: int) -> Array:
+    """(M, N) the rows (``axis`` 1) or columns (2) of ``rel`` (M, N, N) of either child of each
+    tree's node (left child ``left`` (M,)) or-ed: the merged node's order."""
+    at = left[:, None, None]
+    one = jnp.take_along_axis(rel, at, axis) | jnp.take_along_axis(rel, at + 1, axis)
+    return one[:, 0] if axis == 1 else one[..., 0]
+
+
 def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uniforms: Array):
     """:func:`bdtree_jax.kernels.bart._grow_prune_sweep`'s ``leaf_step``: from the sweep's
     proposals ``props`` and per-tree inputs ``xs``, every tree's finer tree's order (M, N, N) and
@@ -155,8 +163,15 @@ def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uni
     counts = xs[4]
     leaf_model = bart._leaf_model(data, state.sigma2)
     _, sd = leaf_model.posterior_factors(counts)
-    n_node = jnp.take_along_axis(counts, left[:, None], 1)[:, 0] + jnp.take_along_axis(counts, left[:, None] + 1, 1)[:, 0]
+    n_node = jnp.take_along_axis(counts, left[:, None], 1)[:, 0] + jnp.take_along_axis(counts, left[:, None] + 1,
+                                                                                         1)[:, 0]
     _, node_sd = leaf_model.posterior_factors(n_node)
+    # the coarse tree's order: its node is the left child's slot (rows, order and value), the right one follows it
+    merged, dropped = slot == left[:, None], slot == left[:, None] + 1
+    kid_rows, kid_cols = _either_kid(rel, left, 1), _either_kid(rel, left, 2)
+    coarse_rel = jnp.where(merged[:, :, None], kid_rows[:, None, :], rel)
+    coarse_rel = jnp.where(merged[:, None, :], kid_cols[:, :, None], coarse_rel)
+    coarse_rel = coarse_rel & ~dropped[:, :, None] & ~dropped[:, None, :] & ~jnp.eye(N, dtype=bool)
 
     def per_tree(m, accepted, sums, s_node, xs_m):
         old, factor, leaf_draw, node_factor, node_draw = xs_m[4], xs_m[6], xs_m[7], xs_m[10], xs_m[11]
@@ -166,12 +181,8 @@ def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uni
         accepted = accepted & satisfies(r, proposal)
         coarse = accepted != splits[m]
         current = jnp.where(accepted, proposal, old)
-        # the coarse tree: its node is the left child's slot (rows, order and value), the right one follows it
-        merged = coarse & (slot == left[m])
-        dropped = coarse & (slot == left[m] + 1)
-        r = jnp.where(merged[:, None], r | r[left[m] + 1][None, :], r)
-        r = jnp.where(merged[None, :], r | r[:, left[m] + 1][:, None], r)
-        r = r & ~dropped[:, None] & ~dropped[None, :] & ~jnp.eye(N, dtype=bool)
+        r = jnp.where(coarse, coarse_rel[m], r)
+        merged, dropped = coarse & (slot == left[m]), coarse & (slot == left[m] + 1)
         mean = jnp.where(merged, s_node * node_factor, sums * factor)
         sd_m = jnp.where(merged, node_sd[m], sd[m])
         new = _gibbs(r, fine_leaf[m] & ~dropped, mean, sd_m, current, uniforms[m])
