@@ -235,6 +235,7 @@ def _frame(n=40, seed=0):
     return X, y
 
 
+@pytest.mark.slow  # ~6 s of compiling; the docs page's example runs the same path in CI
 @pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
 def test_regressor_predictions_monotone_for_every_draw():
     """Every posterior draw's prediction is nondecreasing in ``dose`` along lines that vary it
