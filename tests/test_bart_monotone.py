@@ -154,18 +154,22 @@ _REAL_TN = bm.truncated_normal
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("planted", ["truncation dropped", "constraint left out of the acceptance"])
+@pytest.mark.parametrize("planted", ["truncation dropped", "constraint left out of the acceptance",
+                                     "proposal's truncated mass left out of the acceptance"])
 def test_single_monotone_tree_planted_errors_fail(planted, monkeypatch):
     """The exact test above must fail with a planted error (monkeypatched; a fresh configuration
     so no compiled program is shared): the leaf update's truncation dropped (untruncated
-    conjugate draws), or the joint proposal accepted without its truncated density's indicator."""
+    conjugate draws), the joint proposal accepted without the constraint's indicator, or without
+    the masses of the truncated normals it draws the new values from (its density)."""
     X, grid, prior, data, config = _tiny()
     data = data._replace(y=jnp.asarray(Y))
     config = dataclasses.replace(config, num_particles=7)  # unused by grow-prune: a distinct program
     if planted == "truncation dropped":
         monkeypatch.setattr(bm, "truncated_normal", _no_truncation)
-    else:
+    elif planted == "constraint left out of the acceptance":
         monkeypatch.setattr(bm, "satisfies", lambda rel, values: jnp.bool_(True))
+    else:
+        monkeypatch.setattr(bm, "log_mass", lambda mean, sd, lo, hi: jnp.zeros_like(mean * lo))
     try:
         exact = exact_posterior(X, grid, prior, Y, MONO)
         freq, m1, m2, _ = _chain(data, config, grid, X, 8_000)

@@ -419,7 +419,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads only
     tree ``m``, which no earlier update of the sweep touches (tested against the single-tree CGM
     kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``.  ``leaf_step(props,
-    xs)``: per tree ``f(m, accepted, sums, s_node, xs_m) -> (accepted, new)`` in place of the conjugate draw."""
+    xs)``: per tree ``f(m, log_ratio, sums, s_node, xs_m) -> (accepted, new)`` in place of the accept step's draw."""
     N = n_nodes(config.max_depth)
     bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
@@ -460,9 +460,10 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
         kids = jax.lax.dynamic_slice(sums, (jnp.minimum(left_child, N - 2),), (2,))
         s_node = kids[0] + kids[1]
         gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
-        accepted = possible & (lu < mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other))
+        log_ratio = mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other)
+        accepted = possible & (lu < log_ratio)
         if hook:
-            accepted, new = hook(m, accepted, sums, s_node, xs)
+            accepted, new = hook(m, log_ratio, sums, s_node, xs)
         coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
         is_kid = ((slot - left_child) >> 1) == 0
         new = new if hook else jnp.where(is_kid & coarse, s_node * node_factor + node_draw, sums * factor + leaf_draw)

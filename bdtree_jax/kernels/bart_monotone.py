@@ -43,7 +43,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import log_ndtr, ndtr, ndtri
 
 from .._types import Array, PRNGKey
 from ..problem.bart import BARTData
@@ -121,6 +121,24 @@ def truncated_normal(mean: Array, sd: Array, lo: Array, hi: Array, u: Array) -> 
     return mean + sd * z
 
 
+def log_mass(mean: Array, sd: Array, lo: Array, hi: Array) -> Array:
+    """``log P(lo <= X <= hi)`` for ``X ~ N(mean, sd**2)`` (in the lower tail, as
+    :func:`truncated_normal`)."""
+    a, b = (lo - mean) / sd, (hi - mean) / sd
+    flip = a > 0
+    a2, b2 = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
+    log_b = log_ndtr(b2)
+    return log_b + jnp.log1p(-jnp.exp(jnp.minimum(log_ndtr(a2) - log_b, 0.0)))
+
+
+def _bounds(below: Array, above: Array, values: Array) -> tuple[Array, Array]:
+    """(N,) each: every slot's interval ``[max of values[b] with below[b, a], min of values[b]
+    with above[a, b]]`` (infinite where none)."""
+    lo = jnp.max(jnp.where(below, values[:, None], -jnp.inf), axis=0)
+    hi = jnp.min(jnp.where(above, values[None, :], jnp.inf), axis=1)
+    return lo, hi
+
+
 def _gibbs(rel, active, mean, sd, values, u):
     """Every ``active`` leaf's value in turn (slot order) from its conjugate ``N(mean, sd**2)``
     truncated by its neighbours in ``rel`` at their current values; (N,) each."""
@@ -173,29 +191,41 @@ def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uni
     coarse_rel = jnp.where(merged[:, None, :], kid_cols[:, :, None], coarse_rel)
     coarse_rel = coarse_rel & ~dropped[:, :, None] & ~dropped[:, None, :] & ~jnp.eye(N, dtype=bool)
 
-    def per_tree(m, accepted, sums, s_node, xs_m):
-        old, factor, leaf_draw, node_factor, node_draw = xs_m[4], xs_m[6], xs_m[7], xs_m[10], xs_m[11]
-        kid, r = is_kid[m], rel[m]
-        node_value = s_node * node_factor + node_draw
-        proposal = jnp.where(kid, jnp.where(splits[m], sums * factor + leaf_draw, node_value), old)
-        accepted = accepted & satisfies(r, proposal)
+    def per_tree(m, log_ratio, sums, s_node, xs_m):
+        possible, lu, old, factor, node_factor = xs_m[1], xs_m[3], xs_m[4], xs_m[6], xs_m[10]
+        kid, r, rc, l_slot = is_kid[m], rel[m], coarse_rel[m], left[m]
+        mean = sums * factor
+        node_mean = s_node * node_factor
+        # each new value's interval from the other leaves at their current values: the children's
+        # in the finer tree (not from each other), the merged node's in the coarse tree
+        others = ~kid
+        kid_lo, kid_hi = _bounds(r & others[:, None], r & others[None, :], old)
+        node_lo, node_hi = _bounds(rc, rc, old)
+        u = uniforms[m, N:]
+        kids_new = truncated_normal(mean, sd[m], kid_lo, kid_hi, jnp.where(slot == l_slot, u[0], u[1]))
+        node_new = truncated_normal(node_mean, node_sd[m], node_lo[l_slot], node_hi[l_slot], u[2])
+        proposal = jnp.where(kid, jnp.where(splits[m], kids_new, node_new), old)
+        log_kids = jnp.sum(jnp.where(kid, log_mass(mean, sd[m], kid_lo, kid_hi), 0.0))
+        log_node = log_mass(node_mean, node_sd[m], node_lo[l_slot], node_hi[l_slot])
+        log_ratio = log_ratio + jnp.where(splits[m], 1.0, -1.0) * (log_kids - log_node)
+        accepted = possible & (lu < log_ratio) & satisfies(r, proposal)
         coarse = accepted != splits[m]
         current = jnp.where(accepted, proposal, old)
-        r = jnp.where(coarse, coarse_rel[m], r)
-        merged, dropped = coarse & (slot == left[m]), coarse & (slot == left[m] + 1)
-        mean = jnp.where(merged, s_node * node_factor, sums * factor)
+        r = jnp.where(coarse, rc, r)
+        merged, dropped = coarse & (slot == l_slot), coarse & (slot == l_slot + 1)
+        mean = jnp.where(merged, node_mean, mean)
         sd_m = jnp.where(merged, node_sd[m], sd[m])
-        new = _gibbs(r, fine_leaf[m] & ~dropped, mean, sd_m, current, uniforms[m])
-        return accepted, jnp.where(dropped, new[left[m]], new)
+        new = _gibbs(r, fine_leaf[m] & ~dropped, mean, sd_m, current, uniforms[m, :N])
+        return accepted, jnp.where(dropped, new[l_slot], new)
 
     return per_tree
 
 
 def draw(key: PRNGKey, config: BARTConfig) -> tuple[SweepDraws, Array]:
-    """The randomness of one sweep: BART's :func:`~bdtree_jax.kernels.bart.draw` and (M, N)
-    uniforms for the leaves' Gibbs updates."""
+    """The randomness of one sweep: BART's :func:`~bdtree_jax.kernels.bart.draw` and (M, N + 3)
+    uniforms: the leaves' Gibbs updates (N) and the proposed values (two children, merged node)."""
     k_sweep, k_gibbs = jax.random.split(key)
-    return bart.draw(k_sweep, config), jax.random.uniform(k_gibbs, (config.n_trees, n_nodes(config.max_depth)))
+    return bart.draw(k_sweep, config), jax.random.uniform(k_gibbs, (config.n_trees, n_nodes(config.max_depth) + 3))
 
 
 def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig,
