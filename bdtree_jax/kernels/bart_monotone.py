@@ -23,11 +23,14 @@ One update of tree ``m`` on its partial residual (BART's grow-prune sweep,
 :func:`bdtree_jax.kernels.bart._grow_prune_sweep`, with its ``leaf_step`` hook, :func:`_leaf_step`):
 
 1. grow (prune) proposal of the structure as BART's, and *jointly* the new leaf values: the two
-   children's (the merged node's) drawn from their unconstrained conjugate conditionals given the
-   residual, every other leaf keeping its value.  That proposal's density cancels the new leaves'
-   prior times likelihood up to their conjugate marginal, so the reversible-jump acceptance
-   ratio is BART's (leaf values integrated out) times ``1{proposed mu in C(T*)}``: the move is
-   accepted by BART's test *and* only if the proposed values keep the tree monotone.
+   children's (the merged node's) drawn from their conjugate normal conditionals given the
+   residual, each truncated to the interval the *other* leaves' current values allow (the two
+   children not bounding each other), every other leaf keeping its value.  The proposal density
+   cancels the new leaves' prior times likelihood up to their conjugate marginal times the
+   truncated mass ``P_l = P(lo_l <= mu_l <= hi_l)``, so the reversible-jump log acceptance ratio
+   is BART's (leaves integrated out) plus ``log P_left + log P_right - log P_node`` (minus for a
+   prune), and the move is refused if the proposed values break the order (only possible
+   between the two children).
 2. every leaf value of the resulting tree in turn (a fixed order) from its full conditional: its
    conjugate normal truncated to ``[max of the leaves that must lie below, min of those that
    must lie above]`` (:func:`truncated_normal`, inverse CDF in the lower tail, float32).
