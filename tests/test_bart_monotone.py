@@ -200,7 +200,7 @@ def test_single_monotone_tree_planted_errors_fail(planted, monkeypatch):
 # Geweke's test of the sum-of-trees sweep (sigma2 drawn)
 
 GEWEKE_NAMES = ("mean leaves", "mean depth", "log sigma2", "f(x_0)^2", "sum mu", "(sum mu)^2", "f(hi) - f(lo)")
-G_CHAINS, G_ITERS, G_BATCHES, G_PRIOR = 32, 3000, 10, 100_000
+G_CHAINS, G_ITERS, G_BATCHES, G_PRIOR = 16, 2000, 10, 50_000
 
 
 def _geweke_stats(state, lo, hi):
@@ -216,8 +216,9 @@ def _geweke_stats(state, lo, hi):
 def test_monotone_geweke_getting_it_right():
     """Geweke (2004): a monotone sweep alternated with ``y ~ p(y | trees, leaves, sigma)`` must
     leave the constrained prior invariant (:func:`~bdtree_jax.kernels.bart_monotone.prior_draw`,
-    rejection from the joint prior): 32 chains x 3,000 sweeps of 3 trees on 12 rows vs 100,000
-    forward draws; every |z| < 4."""
+    rejection from the joint prior): 16 chains x 2,000 sweeps of 3 trees on 12 rows vs 50,000
+    forward draws; every |z| < 4.  ``f(hi) - f(lo)``: the rows of largest and smallest x0 (their
+    x1 differ, so it may be negative)."""
     X, _, _, data, config = _tiny(n_trees=3, max_depth=3, n=12, seed=0, sample_sigma=True)
     lo, hi = int(np.argmin(X[:, 0])), int(np.argmax(X[:, 0]))
 
@@ -235,7 +236,6 @@ def test_monotone_geweke_getting_it_right():
     sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, G_CHAINS)), np.float64)
     prior = jax.jit(jax.vmap(lambda k: _geweke_stats(bm.prior_draw(k, data, config, MONO), lo, hi)))
     mc = np.asarray(prior(jax.random.split(k_prior, G_PRIOR)), np.float64)
-    assert np.all(mc[:, -1] >= -1e-5)  # the prior's functions are monotone
     batches = sc.reshape(G_CHAINS * G_BATCHES, G_ITERS // G_BATCHES, -1).mean(1)
     se = np.sqrt(batches.var(0, ddof=1) / len(batches) + mc.var(0, ddof=1) / len(mc))
     z = (sc.mean((0, 1)) - mc.mean(0)) / se
