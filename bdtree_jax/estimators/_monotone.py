@@ -42,7 +42,7 @@ class MonotoneMixin:
         or every entry 0).  ValueError naming ``monotonic_cst`` for a wrong length, unknown
         feature names, a categorical feature constrained, or a model the constraint does not run
         with (missing values, categorical features, a tree sampler other than grow-prune,
-        ``sparse=True``, three or more classes)."""
+        ``sparse=True``, three or more classes, ``variance_trees > 0``)."""
         cst = getattr(self, "monotonic_cst", None)
         if cst is None:
             return None
@@ -76,6 +76,8 @@ class MonotoneMixin:
             why = f"tree_sampler={config.tree_sampler!r} (monotone BART runs 'grow-prune')"
         elif sparse:
             why = "sparse=True"
+        elif (getattr(self, "variance_trees", 0) or 0) > 0:  # heteroskedastic BART has its own kernel
+            why = "variance_trees > 0"
         if why is not None:
             raise ValueError(f"{name}: monotonic_cst is not supported with {why}.")
         return codes
