@@ -52,6 +52,7 @@ CONVERGENCE_WARNS: frozenset[tuple[str, int]] = frozenset({
     ("docs/methods/bart.md", 1), ("docs/methods/bart.md", 2),  # 2: DART
     ("docs/methods/bart.md", 3),  # multiclass on iris: 2 x 100 draws of 3 x 20 trees, a few seconds
     ("docs/methods/bart-counts.md", 1),  # 2 x 100 draws of 20 trees, to keep the page a few seconds
+    ("docs/methods/bart-monotone.md", 1),  # 2 x 100 draws of 20 trees, to keep the page a few seconds
     # new with survival BART (#41): its imputed log times slow the log-likelihood's mixing (the
     # page gives the diagnostics and what to do)
     ("docs/methods/bart-survival.md", 1),

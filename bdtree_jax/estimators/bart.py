@@ -30,6 +30,7 @@ from ..kernels.dart import dart
 from . import bart_multiclass as _multiclass
 from . import bart_variance as _variance
 from ._checks import _FeatureChecks
+from ._monotone import MonotoneMixin
 from ._sparse import SparseMixin
 
 __all__ = ["BARTClassifier", "BARTRegressor"]
@@ -39,7 +40,7 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
+class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
     """What the BART estimators share: parameter checks, the problem's options, the run and the
     variable importances."""
 
@@ -94,6 +95,7 @@ class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
         for check in self._extra_reals():
             real(*check)
         self._dart_config()
+        self._check_monotone()
 
     def _problem_options(self) -> dict:
         """The options both problem builders take, from the (checked) parameters."""
@@ -130,8 +132,12 @@ class _BARTEstimator(SparseMixin, _FeatureChecks, BaseEstimator):
         t0 = time.perf_counter()
         if dart_config is not None:
             fingerprint = tuple(fingerprint) + (dart_config,)
+        kernel = self._kernel(config) if dart_config is None else dart(config, dart_config)
+        monotone = self._monotone(problem, config, dart_config is not None)
+        if monotone is not None:
+            kernel, fingerprint = self._monotone_kernel(config, monotone), tuple(fingerprint) + (monotone,)
         traces, _ = run_chains(
-            self._kernel(config) if dart_config is None else dart(config, dart_config), self._run_data(problem),
+            kernel, self._run_data(problem),
             key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
             num_iterations=num_iterations, block_size=min(100, num_iterations),
             progress=self.progress, checkpoint=self.checkpoint,
@@ -262,6 +268,10 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         ``lambda ~ Gamma(J / 1.5**2 + 1/2, J / 1.5**2)`` (:mod:`bdtree_jax.kernels.bart_variance`);
         ``nu`` and ``q`` are then unused.  0: the homoskedastic model (``sigma`` one number).
         Not with ``sparse=True`` or ``data_shards > 1`` yet.
+    monotonic_cst : None, array-like of -1/0/+1 per feature, or dict {feature name: -1/0/+1}
+        Monotone constraints (mBART, docs/methods/bart-monotone.md): every draw's prediction is
+        nondecreasing (+1) or nonincreasing (-1) in those features.  Numeric features without
+        missing cells; ``tree_sampler="grow-prune"``; not with ``sparse=True``.
 
     Attributes
     ----------
@@ -306,6 +316,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         sparse_b: float = 1.0,
         sparse_rho: float | None = None,
         variance_trees: int = 0,
+        monotonic_cst=None,
     ):
         self._store(locals())
 
@@ -389,8 +400,8 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     ----------
     num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
     num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards, thin, leaf_dtype,
-    categorical_features, missing, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho
-        As :class:`BARTRegressor`.
+    categorical_features, missing, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho, monotonic_cst
+        As :class:`BARTRegressor` (``monotonic_cst``: two classes only).
     k : float, default 2.0
         Leaf prior sd ``3 / (k sqrt(num_trees))`` on the probit scale (Chipman et al. 2010's
         binary default: the sum of trees has prior sd ``3 / k``); with K >= 3 classes the prior sd
@@ -439,6 +450,7 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
         sparse_a: float = 0.5,
         sparse_b: float = 1.0,
         sparse_rho: float | None = None,
+        monotonic_cst=None,
     ):
         self._store(locals())
 

@@ -321,9 +321,9 @@ def step(key: PRNGKey, state: BARTState, data: BARTData, config: BARTConfig) -> 
     return step_with_draws(draw(key, config), state, data, config)
 
 
-def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
-                    config: BARTConfig) -> tuple[BARTState, BARTInfo]:
-    """:func:`step` given its :func:`draw`."""
+def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData, config: BARTConfig,
+                    leaf_step=None) -> tuple[BARTState, BARTInfo]:
+    """:func:`step` given its :func:`draw`; ``leaf_step``: :func:`_grow_prune_sweep`'s hook (grow-prune only)."""
     uniforms, normals, tree_keys, k_sigma = draws
     sigma2 = state.sigma2
     # the fit as carried, or every FIT_REFRESH sweeps exactly from the trees (bounded round-off)
@@ -336,7 +336,7 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTData,
 
     if config.tree_sampler == "grow-prune" and not config.general_rules:
         total, values, changed, trees, can_split = _grow_prune_sweep(state, data, target, total, sigma2, uniforms,
-                                                                     normals, config)
+                                                                     normals, config, leaf_step)
     else:
         total, values, changed, trees = _kernel_sweep(state, data, target, total, sigma2, uniforms, normals,
                                                       tree_keys, config)
@@ -403,7 +403,7 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
 
 
 def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals,
-                      config: BARTConfig):
+                      config: BARTConfig, leaf_step=None):
     """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
 
     Vectorized (:func:`_grow_prune_prepare`): every tree's proposal (:class:`~bdtree_jax.kernels.
@@ -418,10 +418,12 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     tree, see the body).  The accepted moves are then written into the trees' O(M N) arrays.  The
     same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads only
     tree ``m``, which no earlier update of the sweep touches (tested against the single-tree CGM
-    kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``."""
+    kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``.  ``leaf_step(props,
+    xs)``: per tree ``f(m, log_ratio, sums, s_node, xs_m) -> (accepted, new)`` in place of the accept step's draw."""
     N = n_nodes(config.max_depth)
     bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
+    hook = leaf_step and leaf_step(props, xs)
     counts = xs[4]  # (M, N) the finer trees' row counts
     slot = jnp.arange(N)
     node, splits = props.node, props.splits
@@ -458,10 +460,13 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
         kids = jax.lax.dynamic_slice(sums, (jnp.minimum(left_child, N - 2),), (2,))
         s_node = kids[0] + kids[1]
         gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
-        accepted = possible & (lu < mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other))
+        log_ratio = mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other)
+        accepted = possible & (lu < log_ratio)
+        if hook:
+            accepted, new = hook(m, log_ratio, sums, s_node, xs)
         coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
         is_kid = ((slot - left_child) >> 1) == 0
-        new = jnp.where(is_kid & coarse, s_node * node_factor + node_draw, sums * factor + leaf_draw)
+        new = new if hook else jnp.where(is_kid & coarse, s_node * node_factor + node_draw, sums * factor + leaf_draw)
         # the rows' leaves after the step, written in place: the finer tree's, or its two
         # children's rows back in the node
         in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
