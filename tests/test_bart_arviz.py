@@ -71,7 +71,7 @@ def _loo_and_plot_ppc(idata) -> None:
         if arviz_major_version() >= 1:
             az.plot_ppc_dist(idata)  # ArviZ 1.x (arviz-plots) names it so
         else:
-            az.plot_ppc(idata, num_pp_samples=10)
+            az.plot_ppc(idata, num_pp_samples=10, random_seed=0)
         assert plt.get_fignums()
     finally:
         plt.close("all")

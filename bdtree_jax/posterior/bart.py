@@ -406,13 +406,14 @@ class BARTClassifierPosterior(BARTPosterior):
         return np_log_ndtr(sign * self.train_draws())
 
     def posterior_predictive(self, seed: int = 0) -> np.ndarray:
-        """(C, S, n) float64 replicated class codes per draw: ``1.0`` where
-        ``jax.random.uniform(key(seed), (C, S, n)) < Phi(f(x_i))``, else ``0.0``."""
+        """(C, S, n) int64 replicated class codes per draw: ``1`` where
+        ``jax.random.uniform(key(seed), (C, S, n)) < Phi(f(x_i))``, else ``0`` (integers: ArviZ
+        draws discrete replicates as such)."""
         from scipy.special import ndtr as np_ndtr
 
         f = self.train_draws()
         u = np.asarray(jax.random.uniform(jax.random.key(seed), f.shape), np.float64)
-        return (u < np_ndtr(f)).astype(np.float64)
+        return (u < np_ndtr(f)).astype(np.int64)
 
     def _arviz_groups(self) -> tuple[dict, dict]:
         latent = ("fit_mean", "fit_sd")

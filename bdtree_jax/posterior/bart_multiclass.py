@@ -132,10 +132,10 @@ class BARTMulticlassPosterior(BARTPosterior):
         return np.take_along_axis(log_p, codes[None, None, None, :], axis=2)[:, :, 0, :]
 
     def posterior_predictive(self, seed: int = 0) -> np.ndarray:
-        """(C, S, n) float64 replicated class codes per draw:
+        """(C, S, n) int64 replicated class codes per draw:
         ``jax.random.categorical(key(seed), log lambda, axis=2)`` of the (C, S, K, n) log rates."""
         logits = np.asarray(self.train_draws(), np.float32)
-        return np.asarray(jax.random.categorical(jax.random.key(seed), logits, axis=2), np.float64)
+        return np.asarray(jax.random.categorical(jax.random.key(seed), logits, axis=2), np.int64)
 
     def _arviz_groups(self) -> tuple[dict, dict]:
         latent = ("fit_mean", "fit_sd")

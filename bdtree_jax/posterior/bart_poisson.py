@@ -76,10 +76,10 @@ class BARTPoissonPosterior(BARTPosterior):
         return poisson.logpmf(np.asarray(self.y_train, np.float64), mu)
 
     def posterior_predictive(self, seed: int = 0) -> np.ndarray:
-        """(C, S, n) float64 replicated counts per draw: ``jax.random.poisson(key(seed), mu)`` with
+        """(C, S, n) int64 replicated counts per draw: ``jax.random.poisson(key(seed), mu)`` with
         ``mu = exposure_i exp(f(x_i))`` (C, S, n)."""
         mu = np.asarray(self.exposure_train, np.float64) * np.exp(self.train_draws())
-        return np.asarray(jax.random.poisson(jax.random.key(seed), mu.astype(np.float32)), np.float64)
+        return np.asarray(jax.random.poisson(jax.random.key(seed), mu.astype(np.float32)), np.int64)
 
     def _arviz_groups(self) -> tuple[dict, dict]:
         latent = ("fit_mean", "fit_sd")
