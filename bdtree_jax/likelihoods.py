@@ -251,9 +251,49 @@ def default_normal_hyperparameters(y: np.ndarray, *, nu=None, lam=None, a=None, 
     return dict(nu=nu, lam=float(lam), a=a, mu_bar=mu_bar)
 
 
+class _ConjugateNormalLeaves:
+    """What the BART leaf models with a normal leaf value share, given a subclass's ``_rows(stats)``
+    (the log marginal's row-additive part, the same for every grouping of the rows), ``_shrink(stats)``
+    (its grouping-dependent part, 0 for an empty leaf) and ``leaf_posterior(stats)`` (mean and sd
+    of the leaf value): the log marginals, the split gain and the leaf-value draws.  ``stats``
+    (..., K) are a node's sufficient statistics (K = ``n_stats``)."""
+
+    def leaf_log_lik(self, stats: Array) -> Array:
+        """Log marginal of each node's residuals, shape ``stats.shape[:-1]`` (0 if empty)."""
+        return self._rows(stats) + self._shrink(stats)
+
+    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
+        """Sum of :meth:`leaf_log_lik` over leaves; ``stats`` (N, K), ``is_leaf`` (N,) bool.  The
+        row-additive part is taken from the leaves' summed statistics (one term)."""
+        total = jnp.sum(jnp.where(is_leaf[:, None], stats, 0.0), axis=0)
+        return self._rows(total) + jnp.sum(jnp.where(is_leaf, self._shrink(stats), 0.0))
+
+    def split_gain(self, stats: Array, is_leaf: Array, node: Array, left: Array) -> Array:
+        """``leaf_log_lik(left) + leaf_log_lik(right) - leaf_log_lik(node)`` for every candidate
+        ``left`` (..., K) -> (...,) (the row-additive part cancels exactly)."""
+        del is_leaf  # factorises over leaves (sigma2 and any row weights fixed within a tree update)
+        total = stats[node]
+        return self._shrink(left) + self._shrink(total - left) - self._shrink(total)
+
+    def leaf_mean(self, stats: Array) -> Array:
+        """Posterior mean of the leaf value, shape (..., 1)."""
+        return self.leaf_posterior(stats)[0][..., None]
+
+    def sample_leaf(self, key: Array, stats: Array) -> Array:
+        """Leaf values (..., 1) drawn from their conditional posterior."""
+        mean, sd = self.leaf_posterior(stats)
+        return (mean + sd * jax.random.normal(key, mean.shape))[..., None]
+
+    def draw_values(self, stats: Array, z: Array) -> Array:
+        """Leaf values ``mean + sd z`` (N,) of a tree's nodes ``stats`` (N, K) given standard
+        normals ``z`` (N,): BART's backfitting draw (:func:`~bdtree_jax.kernels.bart._kernel_sweep`)."""
+        mean, sd = self.leaf_posterior(stats)
+        return mean + sd * z
+
+
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["sigma2", "tau2"], meta_fields=[])
 @dataclass(frozen=True)
-class BARTLeafNormal(_PowerSums):
+class BARTLeafNormal(_ConjugateNormalLeaves, _PowerSums):
     """One tree's leaves in BART's Bayesian backfitting (:mod:`bdtree_jax.kernels.bart`).
 
     The rows are the partial residuals ``r_i`` of the tree; in a leaf ``r_i ~ N(mu, sigma2)``
@@ -302,23 +342,6 @@ class BARTLeafNormal(_PowerSums):
         n, sq = stats[..., 0], stats[..., 2]
         return -0.5 * n * jnp.log(2.0 * jnp.pi * self.sigma2) - 0.5 * sq / self.sigma2
 
-    def leaf_log_lik(self, stats: Array) -> Array:
-        """Exact log marginal of each node's residuals, shape ``stats.shape[:-1]`` (0 if empty)."""
-        return self._rows(stats) + self._shrink(stats)
-
-    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
-        """Sum of :meth:`leaf_log_lik` over leaves; ``stats`` (N, 3), ``is_leaf`` (N,) bool.  The
-        row-additive part is taken from the leaves' summed statistics (one term)."""
-        total = jnp.sum(jnp.where(is_leaf[:, None], stats, 0.0), axis=0)
-        return self._rows(total) + jnp.sum(jnp.where(is_leaf, self._shrink(stats), 0.0))
-
-    def split_gain(self, stats: Array, is_leaf: Array, node: Array, left: Array) -> Array:
-        """``leaf_log_lik(left) + leaf_log_lik(right) - leaf_log_lik(node)`` for every candidate
-        ``left`` (..., 3) -> (...,) (the row-additive part cancels exactly)."""
-        del is_leaf  # factorises over leaves (sigma2 fixed within a tree update)
-        total = stats[node]
-        return self._shrink(left) + self._shrink(total - left) - self._shrink(total)
-
     def leaf_posterior(self, stats: Array) -> tuple[Array, Array]:
         """Mean and sd of ``mu | r`` in each node, each ``stats.shape[:-1]``: precision
         ``1/tau2 + n/sigma2``, mean ``(S/sigma2) / precision``."""
@@ -337,25 +360,10 @@ class BARTLeafNormal(_PowerSums):
         precision = self._precision(n)
         return 1.0 / (self.sigma2 * precision), jax.lax.rsqrt(precision)
 
-    def leaf_mean(self, stats: Array) -> Array:
-        """Posterior mean of the leaf value, shape (..., 1)."""
-        return self.leaf_posterior(stats)[0][..., None]
-
-    def sample_leaf(self, key: Array, stats: Array) -> Array:
-        """Leaf values (..., 1) drawn from their conditional posterior."""
-        mean, sd = self.leaf_posterior(stats)
-        return (mean + sd * jax.random.normal(key, mean.shape))[..., None]
-
-    def draw_values(self, stats: Array, z: Array) -> Array:
-        """Leaf values ``mean + sd z`` (N,) of a tree's nodes ``stats`` (N, 3) given standard
-        normals ``z`` (N,): BART's backfitting draw (:func:`~bdtree_jax.kernels.bart._kernel_sweep`)."""
-        mean, sd = self.leaf_posterior(stats)
-        return mean + sd * z
-
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["sigma2", "tau2"], meta_fields=[])
 @dataclass(frozen=True)
-class BARTLeafWeightedNormal:
+class BARTLeafWeightedNormal(_ConjugateNormalLeaves):
     """One tree's leaves when each row has its own precision weight and basis: given the other
     trees, row ``i``'s partial residual is ``r_i ~ N(b_i mu, sigma2 / w_i)`` with ``mu ~ N(0, tau2)``
     the value of its leaf.  ``w_i = 1, b_i = 1`` is :class:`BARTLeafNormal`; per-row ``w_i`` are
@@ -369,7 +377,8 @@ class BARTLeafWeightedNormal:
         log p(r) = sum_i [1/2 log(w_i / (2 pi sigma2))] - Q / (2 sigma2)       # same for every tree
                    - 1/2 log(1 + tau2 B/sigma2) + S**2 / (2 sigma2**2 P)
 
-    :meth:`leaf_log_lik` and :meth:`log_lik` leave out ``1/2 sum log w_i``, which no grouping of
+    :meth:`leaf_log_lik` and :meth:`log_lik` (:class:`_ConjugateNormalLeaves`, from :meth:`_rows`
+    and :meth:`_shrink`) leave out ``1/2 sum log w_i``, which no grouping of
     the rows changes (it cancels in every ratio a tree sampler reads).  ``sigma2`` and ``tau2`` are
     pytree leaves: new values recompile nothing.
     """
@@ -410,41 +419,10 @@ class BARTLeafWeightedNormal:
         n, q = stats[..., 0], stats[..., 3]
         return -0.5 * n * jnp.log(2.0 * jnp.pi * self.sigma2) - 0.5 * q / self.sigma2
 
-    def leaf_log_lik(self, stats: Array) -> Array:
-        """Log marginal of each node's residuals without ``1/2 sum log w_i``, ``stats.shape[:-1]``."""
-        return self._rows(stats) + self._shrink(stats)
-
-    def log_lik(self, stats: Array, is_leaf: Array) -> Array:
-        """Sum of :meth:`leaf_log_lik` over leaves; ``stats`` (N, 4), ``is_leaf`` (N,) bool."""
-        total = jnp.sum(jnp.where(is_leaf[:, None], stats, 0.0), axis=0)
-        return self._rows(total) + jnp.sum(jnp.where(is_leaf, self._shrink(stats), 0.0))
-
-    def split_gain(self, stats: Array, is_leaf: Array, node: Array, left: Array) -> Array:
-        """``leaf_log_lik(left) + leaf_log_lik(right) - leaf_log_lik(node)`` for every candidate
-        ``left`` (..., 4) -> (...,) (the row-additive part cancels exactly)."""
-        del is_leaf  # factorises over leaves (sigma2 and the weights fixed within a tree update)
-        total = stats[node]
-        return self._shrink(left) + self._shrink(total - left) - self._shrink(total)
-
     def leaf_posterior(self, stats: Array) -> tuple[Array, Array]:
         """Mean and sd of ``mu | r`` in each node, each ``stats.shape[:-1]``."""
         precision = self._precision(stats[..., 1])
         return stats[..., 2] / self.sigma2 / precision, jax.lax.rsqrt(precision)
-
-    def leaf_mean(self, stats: Array) -> Array:
-        """Posterior mean of the leaf value, shape (..., 1)."""
-        return self.leaf_posterior(stats)[0][..., None]
-
-    def sample_leaf(self, key: Array, stats: Array) -> Array:
-        """Leaf values (..., 1) drawn from their conditional posterior."""
-        mean, sd = self.leaf_posterior(stats)
-        return (mean + sd * jax.random.normal(key, mean.shape))[..., None]
-
-    def draw_values(self, stats: Array, z: Array) -> Array:
-        """Leaf values ``mean + sd z`` (N,) of a tree's nodes ``stats`` (N, 4) given standard
-        normals ``z`` (N,): BART's backfitting draw (:func:`~bdtree_jax.kernels.bart._kernel_sweep`)."""
-        mean, sd = self.leaf_posterior(stats)
-        return mean + sd * z
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["a0", "b0"], meta_fields=[])

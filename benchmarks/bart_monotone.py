@@ -30,7 +30,6 @@ Writes ``benchmarks/results/bart_monotone.{json,md}`` and prints the markdown.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from bdtree_jax.problem.bart import build_bart_problem
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from bart_poisson import _machine, _time_sweeps  # noqa: E402  (the shared timing helpers)
+from bart_poisson import _machine, _time_sweeps, write_results  # noqa: E402  (the shared helpers)
 
 
 def monotone_f(X: np.ndarray) -> np.ndarray:
@@ -135,10 +134,7 @@ def main():
         lines += [f"| {r['model']} | {r['n']} | {r['trees']} | {r['seconds_per_sweep']:.4f} | {r['vs_plain']:.2f} |"
                   for r in result["speed"]]
         lines.append("")
-    text = "\n".join(lines)
-    Path(args.out + ".json").write_text(json.dumps(result, indent=1))
-    Path(args.out + ".md").write_text(text)
-    print(text)
+    write_results(args.out, result, lines)
 
 
 if __name__ == "__main__":
