@@ -158,6 +158,8 @@ def test_bad_input_is_named(bart_reg):
         ins.partial_dependence(object(), X, 0)
     with pytest.raises(ValueError, match="n_repeats"):
         ins.permutation_importance(est, X, y, n_repeats=0)
+    with pytest.raises(ValueError, match="y contains NaN or infinite"):
+        ins.permutation_importance(est, X, np.where(np.arange(len(y)) == 0, np.nan, y))
     with pytest.raises(ValueError, match="target"):
         ins.partial_dependence(est, X, 0, grid_resolution=3).output_index("nope")
 

@@ -139,6 +139,8 @@ def permutation_importance(est, X, y, *, n_repeats: int = 1, seed: int = 0, prob
         target = np.array([codes[str(v)] for v in y])
     else:
         target = y.astype(np.float64)
+        if not np.all(np.isfinite(target)):
+            raise ValueError(f"{where}y contains NaN or infinite values.")
         if n < 2 or np.var(target) == 0:
             raise ValueError(f"{where}y must have at least two rows and some variation for an R^2.")
     R = int(n_repeats)
