@@ -128,7 +128,9 @@ def leaf_labels(post, tree: Tree, prob: float = 0.9, num_draws: int = 1000, seed
     mean with its interval (regression), and the training rows (:func:`leaf_summary`)."""
     table = leaf_summary(post, tree, prob, num_draws, seed)
     labels = [""] * tree.is_split.shape[-1]
-    for node, row in table.iterrows():
+    # one dict per leaf, column by column: iterrows() would first interleave the mixed-dtype frame
+    # into one array (a numpy deprecation warning on older pandas)
+    for node, row in zip(table.index, table.to_dict("records")):
         if post.task == "classification":
             k = int(np.argmax([row[f"p[{c}]"] for c in post.classes]))
             c = f"p[{post.classes[k]}]"
