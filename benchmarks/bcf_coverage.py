@@ -44,8 +44,11 @@ def fit(n: int, mu_kind: str, tau_kind: str, rep: int, chains: int, warmup: int,
     seed = 1000 * rep + 10 * DESIGNS.index((mu_kind, tau_kind)) + (n == 500)
     X, y, z, pi, tau = simulate(n, mu_kind, tau_kind, np.random.default_rng(seed))
     t0 = time.time()
+    options = {k: v for k, v in params.items() if k != "propensity"}
+    if params.get("propensity") == "constant":  # the prognostic forest without the propensity: a column it cannot split
+        pi = np.full(n, z.mean())
     model = BCFRegressor(num_warmup=warmup, num_samples=samples, num_chains=chains, seed=seed, progress=False,
-                         **params)
+                         **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X, y, z, propensity=pi)
@@ -90,7 +93,8 @@ def main() -> None:
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--params", default="{}", help="BCFRegressor keyword arguments as JSON")
+    parser.add_argument("--params", default="{}", help='BCFRegressor keyword arguments as JSON; '
+                        '"propensity": "constant" gives the fit the share treated instead of the true propensity')
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
     if not args.table:
