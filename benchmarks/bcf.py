@@ -14,17 +14,22 @@ CATE interval covers the true effect, whether the 95 % interval of the sample AT
 the training rows) covers ``mean(tau)``, and seconds per sweep (wall clock of the fit over its
 sweeps; ours after the first replication of a row count, which compiles).
 
-Settings: ``BCFRegressor()`` defaults (200 + 50 trees) with 1 chain, 200 warm-up + 300 kept sweeps;
-``BCFModel.sample`` with stochtree's defaults (250 + 100 trees, 5 grow-from-root sweeps, no
+Settings: ``BCFRegressor()`` defaults (200 + 50 trees; chains and sweeps as ``--chains``,
+``--warmup``, ``--samples``, by default the estimator's); ``BCFModel.sample`` with stochtree's defaults (250 + 100 trees, 5 grow-from-root sweeps, no
 burn-in, ``adaptive_coding=False``) and 300 kept MCMC sweeps.
 
 Usage::
 
     python benchmarks/bcf.py --reps 50 --minutes 40 [--n 250 500]
     python benchmarks/bcf.py --speed           # the marginal cost of a sweep, both methods
+    python benchmarks/bcf.py --tag _v2 --stochtree-from benchmarks/results/bcf.jsonl  # ours only
 
-Appends every replication to ``benchmarks/results/bcf.jsonl`` as it finishes (a rerun resumes)
-and writes the table to ``benchmarks/results/bcf.md``.  stochtree is read from
+Appends every replication to ``benchmarks/results/bcf{tag}.jsonl`` as it finishes (a rerun resumes)
+and writes the table to ``benchmarks/results/bcf{tag}.md``.  ``--stochtree-from`` copies
+stochtree's figures of the same (n, design, replication) from an earlier run's rows instead of
+refitting it: the data and stochtree's seed depend only on those, and stochtree's draws are
+reproducible (checked: two replications refitted gave the recorded figures to the last digit).
+``--chains 1 --warmup 200 --samples 300`` is the first run's setting (``bcf.jsonl``).  stochtree is read from
 ``/tmp/stochtree_pkgs`` (``pip install --target``), never a project dependency.
 """
 
@@ -46,9 +51,11 @@ from scipy.stats import norm
 from bdtree_jax.estimators.bcf import BCFRegressor
 
 ROOT = Path(__file__).resolve().parent
-JSONL = ROOT / "results" / "bcf.jsonl"
+JSONL = ROOT / "results" / "bcf.jsonl"  # main() sets bcf{--tag}.jsonl
 DESIGNS = [(mu, tau) for mu in ("linear", "nonlinear") for tau in ("homogeneous", "heterogeneous")]
-WARMUP, SAMPLES = 200, 300
+SAMPLES = 300  # stochtree's kept MCMC sweeps
+#: ours: num_chains, num_warmup, num_samples (None: the estimator's defaults); set by main()
+OURS = dict(num_chains=None, num_warmup=None, num_samples=None)
 
 
 def simulate(n: int, mu_kind: str, tau_kind: str, rng: np.random.Generator):
@@ -76,13 +83,26 @@ def _scores(cate_draws: np.ndarray, tau: np.ndarray) -> dict:
                 width=float(np.mean(hi - lo)))
 
 
+def split_rhat(draws: np.ndarray) -> np.ndarray:
+    """draws (C, S, n) -> (n,) split R-hat (Gelman et al. 2013) of each column, C >= 1."""
+    h = draws.shape[1] // 2
+    x = np.concatenate([draws[:, :h], draws[:, h:2 * h]], 0)
+    within = x.var(1, ddof=1).mean(0)
+    between = h * x.mean(1).var(0, ddof=1)
+    return np.sqrt(((h - 1) / h * within + between / h) / np.maximum(within, 1e-12))
+
+
 def ours(X, y, z, pi, tau, seed: int) -> dict:
-    model = BCFRegressor(num_warmup=WARMUP, num_samples=SAMPLES, num_chains=1, seed=seed, progress=False)
+    model = BCFRegressor(seed=seed, progress=False, **{k: v for k, v in OURS.items() if v is not None})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X, y, z, propensity=pi)
-    draws = model.posterior_.cate_draws(X)
-    return dict(_scores(draws, tau), per_sweep=model.posterior_.info["seconds_per_sweep"])
+    post = model.posterior_
+    draws = post.cate_draws(X)
+    rhat = split_rhat(draws.reshape(post.num_chains, -1, draws.shape[1]))
+    sweeps = post.num_chains * (post.info["num_warmup"] + post.info["num_samples"])
+    return dict(_scores(draws, tau), per_sweep=post.info["seconds"] / sweeps, chains=int(post.num_chains),
+                sweeps=int(sweeps), rhat_median=float(np.median(rhat)), rhat_over_1_1=float(np.mean(rhat > 1.1)))
 
 
 def stochtree(X, y, z, pi, tau, seed: int) -> dict:
@@ -125,14 +145,16 @@ def marginal_speed(n: int, repeats: int = 3) -> dict:
     return dict(n=n, load=os.getloadavg()[0], **out)
 
 
-def _done() -> set:
-    if not JSONL.exists():
-        return set()
-    return {(r["n"], r["mu"], r["tau"], r["rep"]) for r in map(json.loads, JSONL.read_text().splitlines())}
+def _rows(path: Path) -> dict:
+    """{(n, mu, tau, rep): row} of a results file (empty if none)."""
+    if not path.exists():
+        return {}
+    return {(r["n"], r["mu"], r["tau"], r["rep"]): r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def run(ns, reps: int, minutes: float) -> None:
-    done = _done()
+def run(ns, reps: int, minutes: float, stochtree_from: Path | None = None) -> None:
+    done = set(_rows(JSONL))
+    earlier = _rows(stochtree_from) if stochtree_from is not None else None
     stop = time.time() + 60 * minutes
     for rep in range(reps):
         for n in ns:
@@ -143,8 +165,14 @@ def run(ns, reps: int, minutes: float) -> None:
                     return
                 seed = 1000 * rep + 10 * DESIGNS.index((mu_kind, tau_kind)) + (n == 500)
                 data = simulate(n, mu_kind, tau_kind, np.random.default_rng(seed))
+                key = (n, mu_kind, tau_kind, rep)
+                if earlier is not None and key not in earlier:
+                    continue
                 row = dict(n=n, mu=mu_kind, tau=tau_kind, rep=rep, load=os.getloadavg()[0],
-                           ours=ours(*data, seed=seed), stochtree=stochtree(*data, seed=seed))
+                           ours=ours(*data, seed=seed),
+                           stochtree=stochtree(*data, seed=seed) if earlier is None else earlier[key]["stochtree"])
+                if earlier is not None:
+                    row["stochtree_from"] = stochtree_from.name
                 with JSONL.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(n, mu_kind, tau_kind, rep, {k: round(v["rmse"], 3) for k, v in row.items()
@@ -174,11 +202,26 @@ def table() -> str:
             f"machine, timings are indicative only).\n")
     notes = ("\nColumns: means over replications; CATE RMSE and coverage at the training rows; ATE: the sample "
              "ATE (mean effect over the training rows), covered by the 95 % interval of the per-draw mean CATE. "
-             "Per sweep (median over replications): ours the sampler's run (200 + 300 sweeps, 1 chain) over its "
-             "sweeps, without building the problem; stochtree the whole `sample` call (setup, 5 grow-from-root "
+             "Per sweep (median over replications): ours the sampler's run over its sweeps (all chains; "
+             f"{_settings(rows)}), without building the problem; stochtree the whole `sample` call (setup, 5 grow-from-root "
              "sweeps, 300 MCMC sweeps, its in-sample predictions) over 305: not the same costs, see the marginal "
              "table below.\n")
+    rhat = [r["ours"]["rhat_median"] for r in rows if r["ours"].get("chains", 1) > 1]
+    if rhat:
+        notes += (f"Ours, split R-hat of the training rows' CATE over the chains: median over rows and replications "
+                  f"{np.median(rhat):.3f}; share of rows above 1.1, mean over replications "
+                  f"{np.mean([r['ours']['rhat_over_1_1'] for r in rows if r['ours'].get('chains', 1) > 1]):.3f}.\n")
+    if any("stochtree_from" in r for r in rows):
+        notes += (f"stochtree's figures copied from `{rows[0].get('stochtree_from')}` (the same data and seeds; "
+                  "not refitted in this run).\n")
     return head + notes + "\n" + "\n".join(out) + "\n"
+
+
+def _settings(rows) -> str:
+    """Ours' chains x sweeps of the rows, e.g. ``4 x 750 sweeps``."""
+    got = sorted({(r["ours"].get("chains", 1), r["ours"].get("sweeps", 500) // r["ours"].get("chains", 1))
+                  for r in rows})
+    return ", ".join(f"{c} x {s} sweeps" for c, s in got)
 
 
 def main() -> None:
@@ -188,14 +231,22 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=40.0)
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--speed", action="store_true", help="only the marginal seconds per sweep (bcf_speed.json)")
+    parser.add_argument("--tag", default="", help="results in bcf{tag}.jsonl and bcf{tag}.md")
+    parser.add_argument("--stochtree-from", type=Path, default=None,
+                        help="copy stochtree's figures from this earlier results file instead of refitting")
+    for name in ("chains", "warmup", "samples"):
+        parser.add_argument(f"--{name}", type=int, default=None, help=f"ours' num_{name} (default: the estimator's)")
     args = parser.parse_args()
+    global JSONL
+    JSONL = ROOT / "results" / f"bcf{args.tag}.jsonl"
+    OURS.update(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     if args.speed:
         rows = [marginal_speed(n) for n in args.n]
         (ROOT / "results" / "bcf_speed.json").write_text(json.dumps(rows, indent=1))
         print(rows)
         return
     if not args.table_only:
-        run(args.n, args.reps, args.minutes)
+        run(args.n, args.reps, args.minutes, args.stochtree_from)
     text = table()
     speed_file = ROOT / "results" / "bcf_speed.json"
     if speed_file.exists():
@@ -203,7 +254,7 @@ def main() -> None:
         text += "| n | ours | stochtree | load |\n|---|---|---|---|\n"
         for r in json.loads(speed_file.read_text()):
             text += f"| {r['n']} | {r['ours'] * 1e3:.2f} ms | {r['stochtree'] * 1e3:.2f} ms | {r['load']:.1f} |\n"
-    (ROOT / "results" / "bcf.md").write_text("# BCF against stochtree 0.4.5 (benchmarks/bcf.py)\n\n" + text)
+    (ROOT / "results" / f"bcf{args.tag}.md").write_text("# BCF against stochtree 0.4.5 (benchmarks/bcf.py)\n\n" + text)
     print(text)
 
 
