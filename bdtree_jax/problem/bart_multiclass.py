@@ -22,8 +22,7 @@ factor (``3 / (k sqrt(M))``, the counts model's scale, before 2026-11-29) the sa
 multiclass probabilities 1.56 x tighter than probit BART's, and multiclass BART was 10-26 % behind
 one-vs-rest probit BART in test log-loss on wine at every ``k`` (``benchmarks/results/
 bart_multiclass.md``); with it, at the default ``k``, multiclass BART is the better of the two on
-wine and iris (by 8 % and 4 %, every split), and 8 % behind at ``k = 0.5`` on wine, where its
-chains mix slowly (same file).
+wine and iris (by 8 % and 4 %, every split), and 8 % behind at ``k = 0.5`` on wine (same file).
 """
 
 from __future__ import annotations
