@@ -42,6 +42,19 @@ def _max_rhat(draws: np.ndarray, num_chains: int) -> float:
     return float(np.nanmax(az.rhat(az.convert_to_dataset({"p": values}))["p"].values))
 
 
+def _rows(split, probs, rhat, notes, yte, classes) -> list[dict]:
+    """One result row per model of a split (printed as it goes)."""
+    from sklearn.metrics import accuracy_score, log_loss
+
+    rows = []
+    for name, (seconds, prob) in probs.items():
+        rows.append(dict(split=split, model=name, log_loss=log_loss(yte, prob, labels=classes),
+                         accuracy=accuracy_score(yte, classes[np.argmax(prob, 1)]), seconds=seconds,
+                         rhat=rhat.get(name, np.nan), note=notes.get(name, "")))
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", choices=["wine", "iris"], default="wine")
@@ -53,13 +66,16 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=float, nargs="+", default=[2.0],
                    help="BART's leaf prior k (both BART models; several values: one row each, a sensitivity "
                         "check on the same splits, not a choice by the test rows)")
+    p.add_argument("--models", nargs="+", choices=["multiclass", "ovr", "cv", "hgb"],
+                   default=["multiclass", "ovr", "hgb"],
+                   help="cv: multiclass BART with k chosen among --k by 3-fold CV log-loss on the training rows "
+                        "(GridSearchCV, as the boosting's grid)")
     p.add_argument("--out", default="benchmarks/results/bart_multiclass.md")
     p.add_argument("--append", action="store_true", help="add a dated section to --out instead of rewriting it")
     args = p.parse_args(argv)
 
     import pandas as pd
     from sklearn.ensemble import HistGradientBoostingClassifier
-    from sklearn.metrics import accuracy_score, log_loss
     from sklearn.model_selection import GridSearchCV, train_test_split
 
     import bdtree_jax as bd
@@ -74,31 +90,39 @@ def main(argv=None) -> int:
     for split in range(args.splits):
         train, test = train_test_split(np.arange(len(X)), test_size=0.25, random_state=split, stratify=y)
         Xtr, Xte, ytr, yte = X.iloc[train], X.iloc[test], y[train], y[test]
-        probs, rhat = {}, {}
+        probs, rhat, notes = {}, {}, {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bd.ConvergenceWarning)
-            for k in args.k:
+            for k in args.k if "multiclass" in args.models else ():
                 start = time.perf_counter()
                 multi = bd.BARTClassifier(seed=split, k=k, **run).fit(Xtr, ytr)
                 name = f"BART multiclass (log-linear{tag(k)})"
                 probs[name] = (time.perf_counter() - start, multi.predict_proba(Xte))
                 rhat[name] = _max_rhat(multi.posterior_.predict_proba_draws(Xte), args.num_chains)
+            for k in args.k if "ovr" in args.models else ():
                 start = time.perf_counter()
                 ovr = np.stack([bd.BARTClassifier(seed=split, k=k, **run).fit(Xtr, ytr == c).predict_proba(Xte)[:, 1]
                                 for c in classes], axis=1)
                 probs[f"BART one-vs-rest (probit{tag(k)})"] = (time.perf_counter() - start,
                                                                ovr / ovr.sum(1, keepdims=True))
+            if "cv" in args.models:
+                start = time.perf_counter()
+                cv = GridSearchCV(bd.BARTClassifier(seed=split, **run), dict(k=list(args.k)), cv=3,
+                                  scoring="neg_log_loss", n_jobs=1).fit(Xtr, ytr)
+                name = "BART multiclass (k by 3-fold CV)"
+                probs[name] = (time.perf_counter() - start, cv.predict_proba(Xte))
+                rhat[name] = _max_rhat(cv.best_estimator_.posterior_.predict_proba_draws(Xte), args.num_chains)
+                notes[name] = str(cv.best_params_)
+        if "hgb" not in args.models:
+            rows += _rows(split, probs, rhat, notes, yte, classes)
+            continue
         start = time.perf_counter()
         grid = GridSearchCV(HistGradientBoostingClassifier(early_stopping=False, random_state=split),
                             dict(learning_rate=[0.03, 0.1, 0.3], max_leaf_nodes=[4, 8, 16], max_iter=[100, 300]),
                             cv=3, scoring="neg_log_loss", n_jobs=1).fit(Xtr, ytr)
         probs["HistGradientBoosting (grid search)"] = (time.perf_counter() - start, grid.predict_proba(Xte))
-        for name, (seconds, prob) in probs.items():
-            rows.append(dict(split=split, model=name, log_loss=log_loss(yte, prob, labels=classes),
-                             accuracy=accuracy_score(yte, classes[np.argmax(prob, 1)]), seconds=seconds,
-                             rhat=rhat.get(name, np.nan),
-                             note=str(grid.best_params_) if name.startswith("Hist") else ""))
-            print(rows[-1], flush=True)
+        notes["HistGradientBoosting (grid search)"] = str(grid.best_params_)
+        rows += _rows(split, probs, rhat, notes, yte, classes)
     table = pd.DataFrame(rows)
     summary = table.groupby("model", sort=False).agg(log_loss=("log_loss", "mean"), ll_sd=("log_loss", "std"),
                                                      accuracy=("accuracy", "mean"), seconds=("seconds", "mean"),
@@ -106,7 +130,8 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cmd = (f"python benchmarks/bart_multiclass.py --dataset {args.dataset} --splits {args.splits} --num-trees "
            f"{args.num_trees} --num-chains {args.num_chains} --warmup {args.warmup} --samples {args.samples} "
-           f"--k {' '.join(f'{k:g}' for k in args.k)}{' --append' if args.append else ''}")
+           f"--k {' '.join(f'{k:g}' for k in args.k)} --models {' '.join(args.models)}"
+           f"{' --append' if args.append else ''}")
     about = {"wine": "UCI wine (178 rows, 13 features, 3 classes)",
              "iris": "UCI iris (150 rows, 4 features, 3 classes)"}
     title = f"Multiclass BART vs one-vs-rest BART and gradient boosting on {args.dataset} (issue #41)"
