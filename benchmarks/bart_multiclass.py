@@ -10,9 +10,12 @@ separable) or UCI iris (150 flowers, 4 measurements, 3 species; two overlap), ``
 Each split holds out a stratified 25 % with ``seed = split``; all models see the same
 rows.  Models: ``bd.BARTClassifier(num_trees=T)`` on the 3 classes (T trees per class), one-vs-rest
 BART (one binary ``bd.BARTClassifier(num_trees=T)`` per class on ``y == k``, the three probabilities
-``P_k`` normalised to sum 1: the same 3 T trees in all), both 2 chains x (``--warmup`` +
+``P_k`` normalised to sum 1: the same 3 T trees in all), both ``--num-chains`` (2) chains x (``--warmup`` +
 ``--samples``) sweeps; ``HistGradientBoostingClassifier`` with ``GridSearchCV`` (3-fold, log-loss)
 over ``learning_rate`` {0.03, 0.1, 0.3} x ``max_leaf_nodes`` {4, 8, 16} x ``max_iter`` {100, 300}.
+``--models`` picks among those (``multiclass``, ``ovr``, ``hgb``) and ``cv``: multiclass BART with
+``k`` chosen among ``--k`` by ``GridSearchCV`` (3-fold, log-loss) on the training rows, refitted on
+them (the boosting grid's counterpart; 3 x len(k) + 1 fits per split).
 Metrics on the held-out rows: log-loss (lower is better) and accuracy; for multiclass BART also the
 largest split R-hat (ArviZ, rank-normalised) of its class probabilities at the held-out rows over
 the chains (a mixing check).  Writes a Markdown table to ``--out`` (default
