@@ -21,12 +21,9 @@ import numpy as np
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--k", type=float, default=2.0)
-    p.add_argument("--warmup", type=int, default=250)
-    p.add_argument("--samples", type=int, default=500)
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--split", type=int, default=0)
-    p.add_argument("--num-trees", type=int, default=50)
+    for flag, default in (("--k", 2.0), ("--warmup", 250), ("--samples", 500), ("--chains", 4), ("--split", 0),
+                          ("--num-trees", 50)):
+        p.add_argument(flag, type=type(default), default=default)
     args = p.parse_args(argv)
 
     import arviz as az
