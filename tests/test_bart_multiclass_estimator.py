@@ -128,3 +128,26 @@ def test_bad_predict_input(iris_fit):
         clf.predict_proba(np.zeros((2, 3)))
     with pytest.raises(AttributeError, match="no noise sd"):
         clf.posterior_.sigma
+
+
+@pytest.mark.parametrize("k", [2.0, 0.5])
+def test_leaf_prior_matches_probit_probabilities(k):
+    """The leaf prior's calibration (problem/bart_multiclass.py): at k = 2 two classes' log-odds have
+    the 2-sd band ``+-logit(Phi(3))``, the probabilities probit BART's latent reaches at its 2-sd band
+    ``+-3`` with the same ``k``; both bands scale as ``1 / k``.  No sampling: the problems only."""
+    from scipy.special import digamma, logit, ndtr, polygamma
+
+    from bdtree_jax.problem.bart import build_bart_probit_problem
+    from bdtree_jax.problem.bart_multiclass import LOGIT_SCALE, build_bart_multiclass_problem
+
+    X, y, M = np.random.default_rng(0).uniform(size=(9, 2)), np.arange(9) % 3, 7
+    multi = build_bart_multiclass_problem(X, y, n_trees=M, k=k)
+    probit = build_bart_probit_problem(X, y % 2, n_trees=M, k=k)
+    band_probit = 2 * np.sqrt(M * probit.tau2)  # 3 at k = 2
+    band_log_odds = 2 * np.sqrt(2 * M * multi.tau2)  # of two classes, each a sum of M log-gamma leaves
+    assert band_probit == pytest.approx(6 / k)
+    assert band_log_odds == pytest.approx(logit(ndtr(3.0)) * 2 / k, rel=1e-6)
+    assert LOGIT_SCALE == pytest.approx(1.5571, abs=1e-4)
+    a0, b0 = multi.a0, multi.b0  # log lambda of mean 0 and variance tau2
+    assert polygamma(1, a0) == pytest.approx(multi.tau2, rel=1e-6)
+    assert digamma(a0) - np.log(b0) == pytest.approx(0, abs=1e-9)

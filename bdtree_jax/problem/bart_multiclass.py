@@ -8,9 +8,21 @@ Model (Murray 2021, log-linear BART; :mod:`bdtree_jax.kernels.bart_multiclass`):
 ``offset_k = log(share of class k in y)``: with every tree 0 the probabilities are the class
 shares, so the prior of ``P(y = k | x)`` is centred near the base rates.  Every leaf's multiplicative
 effect ``lambda ~ Gamma(a0, b0)`` as in log-linear BART for counts
-(:mod:`bdtree_jax.problem.bart_poisson`): ``log lambda`` of prior mean 0 and sd ``3 / (k sqrt(M))``
-(``trigamma(a0) = tau**2``, ``b0 = exp(digamma(a0))``), so each class's ``log lambda_k`` has prior sd
-``3 / k`` about its offset.
+(:mod:`bdtree_jax.problem.bart_poisson`): ``log lambda`` of prior mean 0 and sd
+``tau = LOGIT_SCALE * 3 / (k sqrt(M))`` (``trigamma(a0) = tau**2``, ``b0 = exp(digamma(a0))``), so
+each class's ``log lambda_k`` has prior sd ``LOGIT_SCALE * 3 / k`` about its offset.
+
+``k`` means what it means for probit BART's two classes (:func:`~bdtree_jax.problem.bart.
+build_bart_problem`): there, at the default ``k = 2``, the latent has sd 1.5 and 95 % prior band
+``+-3``, the probabilities ``Phi(-3) .. Phi(3)`` (0.00135 .. 0.99865).  Here the log-odds of two
+classes, ``log lambda_a - log lambda_b``, has sd ``sqrt(2) * tau * sqrt(M)``; :data:`LOGIT_SCALE`
+``= logit(Phi(3)) / (3 sqrt(2))`` (1.557) gives it the 95 % band ``+-logit(Phi(3)) = +-6.61`` at
+``k = 2``: the same probabilities, and like probit's band it scales as ``1 / k``.  Without the
+factor (``3 / (k sqrt(M))``, the counts model's scale, before 2026-11-29) the same ``k`` held the
+multiclass probabilities 1.56 x tighter than probit BART's, and multiclass BART was 10-26 % behind
+one-vs-rest probit BART in test log-loss on wine at every ``k`` (``benchmarks/results/
+bart_multiclass.md``); with it, at the default ``k``, multiclass BART is the better of the two on
+wine and iris (by 8 % and 4 %, every split), and 8 % behind at ``k = 0.5`` on wine (same file).
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy.special import ndtr
 
 from .._types import Array
 from ..data import TreeData, check_classification_y
@@ -26,7 +39,12 @@ from ..likelihoods import BARTLeafPoissonGamma, poisson_gamma_hyperparameters
 from ..priors.tree_data import to_device
 from .bart import MAX_CUTS, BARTProblem, _binned, _f32, _feature_bins, _inputs, _tree_prior
 
-__all__ = ["BARTMulticlassData", "BARTMulticlassProblem", "build_bart_multiclass_problem"]
+__all__ = ["LOGIT_SCALE", "BARTMulticlassData", "BARTMulticlassProblem", "build_bart_multiclass_problem"]
+
+#: ``logit(Phi(3)) / (3 sqrt(2))`` = 1.557: the leaf prior's sd is ``LOGIT_SCALE * 3 / (k sqrt(M))``
+#: so that two classes' log-odds reach the probabilities probit BART's latent reaches at the same
+#: ``k`` (module docstring).
+LOGIT_SCALE: float = float((np.log(ndtr(3.0)) - np.log(ndtr(-3.0))) / (3.0 * np.sqrt(2.0)))
 
 
 class BARTMulticlassData(NamedTuple):
@@ -82,7 +100,7 @@ def build_bart_multiclass_problem(X, y, *, n_trees: int, max_depth: int = 5, alp
                          "(two classes: probit BART).")
     prior = _tree_prior(len(X), max_depth=max_depth, alpha=alpha, beta=beta, min_leaf_size=min_leaf_size,
                         split_prior=split_prior, valid_cuts=valid_cuts)
-    tau = 3.0 / (k * np.sqrt(n_trees))
+    tau = LOGIT_SCALE * 3.0 / (k * np.sqrt(n_trees))
     a0, b0 = poisson_gamma_hyperparameters(tau)
     likelihood = BARTLeafPoissonGamma(np.float32(a0), np.float32(b0))
     offsets = np.log(np.bincount(codes, minlength=len(classes)) / len(codes))
