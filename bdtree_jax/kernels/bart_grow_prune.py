@@ -164,7 +164,8 @@ def rows_sweep(state, data, total: Array, uniforms: Array, leaf_draws, config, r
     ``rows(partial)`` tree m's :class:`~bdtree_jax.data.TreeData` given the other trees' sum
     ``partial`` (n,) (as :func:`bdtree_jax.kernels.bart._kernel_sweep`'s hook): its ``point_stats``
     (n, K) with row counts (ones) in the first column and its ``likelihood`` (``split_gain``,
-    ``draw_values(stats (N, K), leaf_draws[m])``).  ``total`` (n,) the trees' sum at the rows,
+    ``draw_values(stats (N, K), leaf_draws[m])``, ``sweep_columns`` the columns they read: the
+    others are left 0).  ``total`` (n,) the trees' sum at the rows,
     ``uniforms`` (M, 5), ``leaf_draws`` (M, ...) each tree's leaf randomness (normals (M, N) or a
     PRNG key per tree).  The same Markov chain as the single-tree CGM kernel restricted to grow
     and prune run tree by tree (module docstring).  Returns ``(total, leaf_values, changed, trees,
@@ -187,8 +188,13 @@ def rows_sweep(state, data, total: Array, uniforms: Array, leaf_draws, config, r
         fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)  # the finer tree's leaves
         data_m = rows(total - old[fine])
         lik = data_m.likelihood
-        sums = sum_by_lane(data_m.point_stats[:, 1:], node_lanes(fine, N), N)
-        stats = jnp.concatenate([counts[:, None], sums], axis=1)  # (N, K) at the finer tree's leaves
+        # the finer tree's leaves' statistics (N, K): the counts, and the columns the likelihood
+        # reads summed one at a time (XLA's scatter of several columns is several times slower)
+        lanes = node_lanes(fine, N)
+        ps = data_m.point_stats
+        stats = jnp.zeros((N, ps.shape[1]), jnp.float32).at[:, 0].set(counts)
+        for j in lik.sweep_columns:
+            stats = stats.at[:, j].set(sum_by_lane(ps[:, j], lanes, N))
         kids = jax.lax.dynamic_slice_in_dim(stats, jnp.minimum(left_child, N - 2), 2, axis=0)
         s_node = kids[0] + kids[1]
         gain = lik.split_gain(s_node[None], None, 0, kids[0])
