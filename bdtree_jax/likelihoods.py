@@ -385,6 +385,9 @@ class BARTLeafWeightedNormal(_ConjugateNormalLeaves):
 
     sigma2: float
     tau2: float
+    #: The columns besides the count whose node sums the split gain and the leaf draw read (``Q``
+    #: is row-additive: BART's grow-prune sweep does not sum it).
+    sweep_columns = (1, 2)
 
     @property
     def n_stats(self) -> int:
@@ -455,6 +458,8 @@ class BARTLeafPoissonGamma:
 
     a0: float
     b0: float
+    #: The columns besides the count whose node sums the split gain and the leaf draw read.
+    sweep_columns = (1, 2)
 
     @property
     def n_stats(self) -> int:
@@ -483,7 +488,7 @@ class BARTLeafPoissonGamma:
         """Grouping-dependent log marginal of each node's counts (class docstring), shape
         ``stats.shape[:-1]``."""
         a, b = self.a0, self.b0
-        shape, rate = a + stats[..., 1], b + stats[..., 2]
+        shape, rate = self.leaf_posterior(stats)
         return (shape * jnp.log(shape / rate) - a * jnp.log(a / b) - 0.5 * jnp.log(shape / a)
                 + _stirling_remainder(shape) - _stirling_remainder(a))
 
@@ -541,6 +546,13 @@ class BARTLeafVarianceGamma(BARTLeafPoissonGamma):
     :meth:`split_gain`, :meth:`leaf_posterior` and :meth:`draw_values` (``log lambda``) are
     inherited.  Prior calibration: :func:`variance_gamma_hyperparameters`.
     """
+
+    #: The shape reads the row count (``n/2``, not the sum of the 1/2 column): only ``V/2`` is summed.
+    sweep_columns = (2,)
+
+    def leaf_posterior(self, stats: Array) -> tuple[Array, Array]:
+        """Shape and rate ``(a0 + n/2, b0 + V/2)`` of ``lambda | rows``, each ``stats.shape[:-1]``."""
+        return self.a0 + 0.5 * stats[..., 0], self.b0 + stats[..., 2]
 
     @staticmethod
     def row_stats(v: Array) -> Array:

@@ -491,6 +491,7 @@ def test_grow_prune_count_batch_never_changes_a_draw(monkeypatch):
     a time at large n (``count_batch``); the counts are exact integers, so a sweep's draws are
     bit-identical whatever the batch (here 200 trees in batches of 200, then of 16 with an 8-tree
     remainder)."""
+    from bdtree_jax.kernels import bart_grow_prune
     from bdtree_jax.problem.bart import build_bart_problem
 
     assert bart.count_batch(200, 1_000) == 200 and bart.count_batch(200, 10_000) == bart.COUNT_BATCH
@@ -508,7 +509,7 @@ def test_grow_prune_count_batch_never_changes_a_draw(monkeypatch):
         return state
 
     one_batch = run()
-    monkeypatch.setattr(bart, "COUNT_ELEMENTS", 0)
+    monkeypatch.setattr(bart_grow_prune, "COUNT_ELEMENTS", 0)  # where count_batch reads it
     assert bart.count_batch(200, 300) == bart.COUNT_BATCH
     batched = run()
     assert np.any(one_batch.trees.tree.is_split)

@@ -88,6 +88,7 @@ from ..problem.bart import BARTData, feature_bins
 # MAX_DEPTH: the deepest tree BART pads, as every sampler (rows' leaves as heap slots: uint8 to depth 7, else int16)
 from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
 from . import bart_moves, cgm, pg
+from .bart_grow_prune import COUNT_BATCH, COUNT_ELEMENTS, bins_by_feature, count_batch, finish, proposals, rows_sweep, rule_rows
 from ._moves import CGMState, mh_log_ratio, score
 from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
@@ -107,11 +108,6 @@ GROW_PRUNE_MOVES = (0.5, 0.5, 0.0, 0.0)
 #: by tree, a float32 round-off of ~1e-7 of the residual per update).
 FIT_REFRESH = 16
 CGM_MOVES = cgm.MOVE_PROBS
-#: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time:
-#: COUNT_BATCH (the (batch, n) masks stay in cache at large n), or all trees at once when they mask
-#: at most COUNT_ELEMENTS rows (one batch amortises XLA's per-operation cost: a fifth of a sweep at 1k rows).
-COUNT_BATCH = 16
-COUNT_ELEMENTS = 2**19
 
 
 @dataclass(frozen=True)
@@ -402,6 +398,18 @@ def _kernel_sweep(state: BARTState, data: BARTData, target, total, sigma2, unifo
                                                   levels=levels, log_prior=log_prior)
 
 
+def _backfit_rows(state: BARTState, data: BARTData, total, uniforms, leaf_draws, tree_keys, config: BARTConfig, rows):
+    """Backfitting for a leaf model given by ``rows`` (:func:`_kernel_sweep`'s hook; ``leaf_draws``
+    (M, ...) the likelihood's ``draw_values`` randomness per tree): for ``"grow-prune"`` on numeric
+    data the two-pass sweep (:func:`~bdtree_jax.kernels.bart_grow_prune.rows_sweep`), else
+    :func:`_kernel_sweep`.  Returns ``(total, leaf_values, changed, trees, can_split)``."""
+    if config.tree_sampler == "grow-prune" and not config.general_rules:
+        return rows_sweep(state, data, total, uniforms, leaf_draws, config, rows)
+    total, values, changed, trees = _kernel_sweep(state, data, None, total, None, uniforms, leaf_draws, tree_keys,
+                                                  config, rows=rows)
+    return total, values, changed, trees, _can_split(trees, data)
+
+
 def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, uniforms, normals,
                       config: BARTConfig, leaf_step=None):
     """Backfitting with one grow-or-prune proposal per tree, in a vectorized and a sequential pass.
@@ -421,7 +429,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``.  ``leaf_step(props,
     xs)``: per tree ``f(m, log_ratio, sums, s_node, xs_m) -> (accepted, new)`` in place of the accept step's draw."""
     N = n_nodes(config.max_depth)
-    bins = _bins_by_feature(data)  # (F, n): a rule reads one contiguous row
+    bins = bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
     hook = leaf_step and leaf_step(props, xs)
     counts = xs[4]  # (M, N) the finer trees' row counts
@@ -429,18 +437,7 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     node, splits = props.node, props.splits
     # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
     # the current one of a prune's node
-    tree = state.trees.tree
-    rule_feature = jnp.where(splits, props.feature, jnp.take_along_axis(tree.feature, node[:, None], 1)[:, 0])
-    rule_cut = jnp.where(splits, props.cut, jnp.take_along_axis(tree.cut, node[:, None], 1)[:, 0])
-
-    def kid_rows(m):
-        """(n,) the child of tree m's node each row goes to by the rule (read for every row)."""
-        x = jax.lax.dynamic_index_in_dim(bins, rule_feature[m], axis=0, keepdims=False)
-        return 2 * node[m] + 1 + (x > rule_cut[m])
-
-    def fine_after(m, leaf, coarse):
-        """(n,) tree m's rows' leaves in its finer tree from ``leaf``, those after its step."""
-        return jnp.where(coarse & (leaf == node[m]), kid_rows(m), leaf)
+    kid_rows, fine_after = rule_rows(bins, props, state.trees.tree)
 
     def body(carry, xs):
         resid, leaf_ids, last_delta, last_coarse = carry
@@ -480,59 +477,20 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     (resid, leaf_id, last_delta, last_coarse), out = jax.lax.scan(body, start, (jnp.arange(M),) + xs)
     resid = resid + last_delta[fine_after(M - 1, leaf_id[M - 1], last_coarse)]
     new, changed = out[:, :N], out[:, N] > 0
-    values, trees, can_split = _grow_prune_finish(state, props, new, counts, changed, leaf_id)
+    values, trees, can_split = finish(state, props, new, counts, changed, leaf_id)
     return target - resid, values, changed, trees, can_split
-
-
-def _bins_by_feature(data: BARTData) -> Array:
-    """(F, n) :attr:`~bdtree_jax.problem.bart.BARTData.feature_bins`, or the bins transposed here
-    (a BARTData built by hand)."""
-    if data.feature_bins is not None:
-        return data.feature_bins
-    return feature_bins(data.tree_data)
 
 
 def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms, normals, config: BARTConfig):
     """The vectorized pass of :func:`_grow_prune_sweep`: every tree's proposal, the row counts of
     its finer tree (a grow's new left child counted in one pass over the rows of all trees, in
-    uint8 blocks: :func:`_count_true`) and the residual-free terms of its sequential update, with
+    uint8 blocks: :func:`~bdtree_jax.kernels.bart_grow_prune.proposals`) and the residual-free terms of its sequential update, with
     ``sigma2`` fixed during the sweep: the count-only parts of the split gain and of the leaf
     posteriors (mean factor ``1 / (sigma2 precision)``, draw ``sd z``), and under
     ``valid_cuts="ancestors"`` the prior's truncation to leaves of ``min_leaf_size`` rows.
     Returns the scan's per-tree inputs and the proposals."""
-    N = n_nodes(config.max_depth)
-    trees = state.trees
-    td = data.tree_data
-
-    def one(u, t, c):  # the rows are counted below, once for all trees
-        return cgm.propose(u, t, td, config.cgm, c, count_rows=False)
-
-    props = jax.vmap(one)(uniforms, trees, state.can_split)
-    node, splits = props.node, props.splits
-    left_child = 2 * node + 1
-    slot = jnp.arange(N)
-    is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
-    kept = trees.stats[:, :, 0]
-    # rows per node of the finer tree: the kept counts with its two children: a grow's new ones
-    # (its node's rows that its rule sends left), a prune's current ones
-    def count_left(tree):  # a grow's left rows: the node's rows its rule sends left
-        leaf, node, feature, cut = tree
-        x = jax.lax.dynamic_index_in_dim(bins, feature, axis=0, keepdims=False)
-        return _count_true((leaf == node) & (x <= cut))
-
-    # count_batch trees at a time: their (batch, n) masks stay in cache
-    grown_left = jax.lax.map(count_left, (trees.leaf_id, node, props.feature, props.cut),
-                             batch_size=count_batch(*trees.leaf_id.shape)).astype(jnp.float32)
-    n_left = jnp.where(splits, grown_left, jnp.take_along_axis(kept, left_child[:, None], axis=1)[:, 0])
-    n_node = jnp.take_along_axis(kept, node[:, None], axis=1)[:, 0]
-    n_kids = jnp.stack([n_left, n_node - n_left], axis=1)  # (M, 2)
-    counts = jnp.where(slot == left_child[:, None], n_kids[:, :1], jnp.where(is_kid, n_kids[:, 1:], kept))
-    possible = props.possible
-    if td.cut_count is not None:  # valid_cuts="ancestors": a grow leaving a child too small has prior 0
-        possible = possible & ~(splits & jnp.any(n_kids < config.min_leaf_size, axis=1))
-    values = state.leaf_values
-    node_value = jnp.take_along_axis(values, node[:, None], axis=1)
-    old_fine = jnp.where(is_kid & splits[:, None], node_value, values)  # a grow's children hold the node's value
+    props, possible, counts, n_kids, n_node, old_fine = proposals(state, data, bins, uniforms, config)
+    node = props.node
     # the leaf model with this sweep's sigma2: a leaf of n rows with residual sum S has log
     # marginal  log_a(n) + b(n) S**2  (+ row terms that cancel) and mu | S of mean
     # S * mean_factor(n), sd(n)
@@ -547,51 +505,6 @@ def _grow_prune_prepare(state: BARTState, data: BARTData, bins, sigma2, uniforms
     xs = (possible, rest, jnp.log(uniforms[:, 4]), old_fine, counts, mean_factor, sd * normals, gain_counts, b,
           node_factor, node_draw)
     return xs, props
-
-
-def count_batch(n_trees: int, n_rows: int) -> int:
-    """Trees per batch of :func:`_grow_prune_prepare`'s row counts (exact: never changes a draw)."""
-    return int(n_trees if n_trees * n_rows <= COUNT_ELEMENTS else min(COUNT_BATCH, n_trees))
-
-
-def _count_true(mask: Array) -> Array:
-    """(...,) int32 ``mask.sum(-1)``, in uint8 over blocks of 255 rows (not widened to 4 bytes a row)."""
-    n = mask.shape[-1]
-    block = 255
-    k = n // block
-    head = mask[..., : k * block].reshape(mask.shape[:-1] + (k, block)).astype(jnp.uint8)
-    head = jnp.sum(head, axis=-1, dtype=jnp.uint8)
-    return jnp.sum(head, axis=-1, dtype=jnp.int32) + jnp.sum(mask[..., k * block:], axis=-1, dtype=jnp.int32)
-
-
-def _grow_prune_finish(state: BARTState, props, new, counts, changed, leaf_id):
-    """The accepted moves written into the trees, vectorized: leaf values (0 off the leaves),
-    tree, bounds, log-prior and row counts.  From the sequential pass: ``new`` (M, N) the values
-    drawn on each tree's finer tree (a coarse tree's node value sits in its children's slots),
-    ``counts`` (M, N) the finer tree's row counts, ``changed`` (M,) and ``leaf_id`` (M, n) the
-    rows' leaves after the step."""
-    trees = state.trees
-    N = new.shape[1]
-    node, splits = props.node, props.splits
-    left_child = 2 * node + 1
-    slot = jnp.arange(N)
-    is_kid = ((slot - left_child[:, None]) >> 1) == 0  # (M, N)
-    at_node = slot == node[:, None]
-    coarse = (changed != splits)[:, None]
-    leaf = jnp.where(is_kid, ~coarse, jnp.where(at_node, coarse, jax.vmap(leaf_nodes)(trees.tree)))
-    kid_value = jnp.take_along_axis(new, left_child[:, None], axis=1)
-    values = jnp.where(leaf, jnp.where(at_node, kid_value, new), 0.0).astype(jnp.float32)
-    tree, _, lo, hi = jax.vmap(cgm.apply_local)(trees, props, changed)
-    # an accepted grow's truncation term is 0 (it was possible), so the proposal's prior change holds
-    log_prior = trees.log_prior + jnp.where(changed, props.d_log_prior, 0.0)
-    rows = jnp.where(is_kid & coarse, 0.0, counts)  # the new tree's row counts
-    stats = trees.stats.at[:, :, 0].set(rows)
-    kid_can = jnp.where(slot == left_child[:, None], props.kids_can_split[:, :1], props.kids_can_split[:, 1:])
-    # the children: a grow's new ones if it is accepted, none if the tree is the coarse one, the
-    # current ones after a refused prune
-    kids = jnp.where(coarse, False, jnp.where(splits[:, None], kid_can, state.can_split))
-    can_split = jnp.where(is_kid, kids, state.can_split)
-    return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior), can_split
 
 
 def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:

@@ -18,9 +18,11 @@ whose last product does not depend on the partition.  A sweep is therefore BART'
 with another conjugate leaf model: for each tree in turn, rows ``[1, y_i, r_i]``, one update of
 ``T_m`` with its leaves integrated out (the single-tree kernels: ``tree_sampler`` "grow-prune",
 "cgm" or "pg", and the general-rule chain for categorical or missing ``X``), then each leaf's
-``lambda ~ Gamma(a0 + Sy, b0 + Sr)``.  It runs through :func:`bdtree_jax.kernels.bart._kernel_sweep`
-(the same ``lax.scan`` over the trees, with :func:`_rows` for the rows and the gamma draw for the
-leaves); no augmentation is needed for the Poisson likelihood itself (Murray's latent variables
+``lambda ~ Gamma(a0 + Sy, b0 + Sr)``.  It runs through :func:`bdtree_jax.kernels.bart._backfit_rows`
+with :func:`_rows` for the rows and the gamma draw for the leaves: ``"grow-prune"`` on numeric data
+by BART's two-pass grow-prune sweep (:func:`bdtree_jax.kernels.bart_grow_prune.rows_sweep`), the
+other samplers by :func:`bdtree_jax.kernels.bart._kernel_sweep` (the single-tree kernel per tree);
+no augmentation is needed for the Poisson likelihood itself (Murray's latent variables
 serve the multinomial and overdispersed models).  State :class:`~bdtree_jax.kernels.bart.BARTState`
 (``sigma2`` unused, 1); :class:`~bdtree_jax.kernels.bart.BARTConfig` with ``sample_sigma=False``
 (:func:`poisson_config`).
@@ -100,9 +102,8 @@ def step_with_draws(draws: SweepDraws, state: BARTState, data: BARTPoissonData,
     uniforms, leaf_keys, tree_keys, _ = draws
     # the fit as carried, or every FIT_REFRESH sweeps exactly from the trees (bounded round-off)
     total = jax.lax.cond(state.sweeps % bart.FIT_REFRESH == 0, lambda: bart._fit_from_trees(state), lambda: state.fit)
-    total, values, changed, trees = bart._kernel_sweep(state, data, None, total, None, uniforms, leaf_keys, tree_keys,
-                                                       config, rows=functools.partial(_rows, data))
-    can_split = bart._can_split(trees, data)
+    total, values, changed, trees, can_split = bart._backfit_rows(state, data, total, uniforms, leaf_keys, tree_keys,
+                                                                  config, functools.partial(_rows, data))
     eta = data.log_exposure + total
     mu = jnp.exp(eta)
     y = data.y

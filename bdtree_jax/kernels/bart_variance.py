@@ -21,8 +21,10 @@ and leaves ``lambda ~ Gamma(a0, b0)`` (a variance factor ``1/lambda ~ InvGamma(a
    residual), its leaves integrated out by :class:`~bdtree_jax.likelihoods.BARTLeafVarianceGamma`
    and drawn from ``Gamma(a0 + n/2, b0 + V/2)`` (:func:`variance_sweep`).
 
-Both run through :func:`bdtree_jax.kernels.bart._kernel_sweep` (its ``rows`` hook), so every
-``tree_sampler`` and categorical or missing ``X`` work as in BART.  State :class:`VarianceState`
+Both run through :func:`bdtree_jax.kernels.bart._backfit_rows` (a ``rows`` hook per forest:
+``"grow-prune"`` on numeric data by BART's two-pass sweep, the other samplers by
+:func:`bdtree_jax.kernels.bart._kernel_sweep`), so every ``tree_sampler`` and categorical or
+missing ``X`` work as in BART.  State :class:`VarianceState`
 (two :class:`~bdtree_jax.kernels.bart.BARTState`); config :class:`VarianceConfig`; data
 :class:`~bdtree_jax.problem.bart_variance.VarianceData`.
 
@@ -149,11 +151,11 @@ def mean_sweep(draws: SweepDraws, state: BARTState, data: VarianceData, log_w: A
     """The mean forest's backfitting given the rows' log precision weights ``log_w`` (n,).
     Returns ``(state, changed (M,))``."""
     uniforms, normals, tree_keys, _ = draws
-    total, values, changed, trees = bart._kernel_sweep(state, data.data, None, _total(state), None, uniforms, normals,
-                                                       tree_keys, config,
-                                                       rows=functools.partial(_mean_rows, data, log_w))
+    total, values, changed, trees, can_split = bart._backfit_rows(state, data.data, _total(state), uniforms, normals,
+                                                                  tree_keys, config,
+                                                                  functools.partial(_mean_rows, data, log_w))
     return state._replace(trees=trees, leaf_values=values, fit=total, sweeps=state.sweeps + 1,
-                          can_split=bart._can_split(trees, data.data)), changed
+                          can_split=can_split), changed
 
 
 def variance_sweep(draws: SweepDraws, state: BARTState, data: VarianceData, residual: Array,
@@ -164,11 +166,11 @@ def variance_sweep(draws: SweepDraws, state: BARTState, data: VarianceData, resi
     uniforms, leaf_keys, tree_keys, _ = draws
     scaled_e2 = residual * residual / data.data.sigma2_init
     total = _total(state) if total is None else total
-    total, values, changed, trees = bart._kernel_sweep(state, data.data, None, total, None, uniforms,
-                                                       leaf_keys, tree_keys, config,
-                                                       rows=functools.partial(_variance_rows, data, scaled_e2))
+    total, values, changed, trees, can_split = bart._backfit_rows(state, data.data, total, uniforms, leaf_keys,
+                                                                  tree_keys, config,
+                                                                  functools.partial(_variance_rows, data, scaled_e2))
     return state._replace(trees=trees, leaf_values=values, fit=total, sweeps=state.sweeps + 1,
-                          can_split=bart._can_split(trees, data.data)), changed
+                          can_split=can_split), changed
 
 
 def step(key: PRNGKey, state: VarianceState, data: VarianceData, config: VarianceConfig):
