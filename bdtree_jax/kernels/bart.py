@@ -88,8 +88,9 @@ from ..problem.bart import BARTData, feature_bins
 # MAX_DEPTH: the deepest tree BART pads, as every sampler (rows' leaves as heap slots: uint8 to depth 7, else int16)
 from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
 from . import bart_moves, cgm, pg
-from .bart_grow_prune import COUNT_BATCH, COUNT_ELEMENTS, bins_by_feature, count_batch, finish, proposals, rows_sweep, rule_rows
-from ._moves import CGMState, mh_log_ratio, score
+from .bart_grow_prune import (COUNT_BATCH, COUNT_ELEMENTS, bins_by_feature, children, count_batch, grow_prune_scan,
+                              proposals, rows_sweep)
+from ._moves import CGMState, score
 from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
 
@@ -426,58 +427,26 @@ def _grow_prune_sweep(state: BARTState, data: BARTData, target, total, sigma2, u
     tree, see the body).  The accepted moves are then written into the trees' O(M N) arrays.  The
     same Markov chain as proposing and accepting tree by tree: tree ``m``'s proposal reads only
     tree ``m``, which no earlier update of the sweep touches (tested against the single-tree CGM
-    kernel run tree by tree).  Returns ``(total, leaf_values, changed, trees, can_split)``.  ``leaf_step(props,
-    xs)``: per tree ``f(m, log_ratio, sums, s_node, xs_m) -> (accepted, new)`` in place of the accept step's draw."""
+    kernel run tree by tree; the scan: :func:`~bdtree_jax.kernels.bart_grow_prune.grow_prune_scan`, given the
+    residual's node sums, split gain and leaf draws).  Returns ``(total, leaf_values, changed, trees, can_split)``.
+    ``leaf_step(props, xs)``: per tree ``f(m, log_ratio, (sums, s_node), xs_m) -> (accepted, new)`` in place of
+    the accept step's draw."""
     N = n_nodes(config.max_depth)
     bins = bins_by_feature(data)  # (F, n): a rule reads one contiguous row
     xs, props = _grow_prune_prepare(state, data, bins, sigma2, uniforms, normals, config)
     hook = leaf_step and leaf_step(props, xs)
-    counts = xs[4]  # (M, N) the finer trees' row counts
-    slot = jnp.arange(N)
-    node, splits = props.node, props.splits
-    # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
-    # the current one of a prune's node
-    kid_rows, fine_after = rule_rows(bins, props, state.trees.tree)
+    node = props.node
 
-    def body(carry, xs):
-        resid, leaf_ids, last_delta, last_coarse = carry
-        m, possible, other, lu, old, counts, factor, leaf_draw, a_gain, bb, node_factor, node_draw = xs
-        # the previous tree's update of the residual, deferred to here so that its (N,) change is
-        # a materialised loop value (XLA would otherwise fuse its computation, a reduction over the
-        # scatter's lanes, into the gather and repeat it for every row); its rows' leaves in its
-        # finer tree are recovered from its leaves after the step: a coarse tree's node rows by its rule
-        prev = jnp.maximum(m - 1, 0)
-        resid = resid + last_delta[fine_after(prev, leaf_ids[prev], last_coarse)]
-
-        leaf = leaf_ids[m]
-        left_child = 2 * node[m] + 1
-        # the finer tree's leaves: a grow sends the node's rows to its children by the rule
-        fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)
+    def node_step(m, fine, resid, xs_m):
+        old, counts, factor, leaf_draw, a_gain, bb, node_factor, node_draw = xs_m[4:]
         sums = sum_by_lane(resid, node_lanes(fine, N), N) + counts * old  # the partial residual's
-        kids = jax.lax.dynamic_slice(sums, (jnp.minimum(left_child, N - 2),), (2,))
+        kids = children(sums, node[m])
         s_node = kids[0] + kids[1]
         gain = a_gain + bb[0] * kids[0] ** 2 + bb[1] * kids[1] ** 2 - bb[2] * s_node**2
-        log_ratio = mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other)
-        accepted = possible & (lu < log_ratio)
-        if hook:
-            accepted, new = hook(m, log_ratio, sums, s_node, xs)
-        coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
-        is_kid = ((slot - left_child) >> 1) == 0
-        new = new if hook else jnp.where(is_kid & coarse, s_node * node_factor + node_draw, sums * factor + leaf_draw)
-        # the rows' leaves after the step, written in place: the finer tree's, or its two
-        # children's rows back in the node
-        in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
-        leaf_ids = jax.lax.dynamic_update_index_in_dim(
-            leaf_ids, jnp.where(coarse & in_kids, node[m], fine).astype(leaf_ids.dtype), m, axis=0)
-        # one output row per tree: values, accepted
-        return (resid, leaf_ids, old - new, coarse), jnp.append(new, accepted.astype(new.dtype))
+        return gain, (sums, s_node), lambda coarse: (s_node * node_factor + node_draw, sums * factor + leaf_draw)
 
-    M = node.shape[0]
-    start = (target - total, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
-    (resid, leaf_id, last_delta, last_coarse), out = jax.lax.scan(body, start, (jnp.arange(M),) + xs)
-    resid = resid + last_delta[fine_after(M - 1, leaf_id[M - 1], last_coarse)]
-    new, changed = out[:, :N], out[:, N] > 0
-    values, trees, can_split = finish(state, props, new, counts, changed, leaf_id)
+    resid, values, changed, trees, can_split = grow_prune_scan(state, bins, props, target - total, xs, node_step,
+                                                               residual=True, leaf_step=hook)
     return target - resid, values, changed, trees, can_split
 
 

@@ -30,8 +30,8 @@ from ..tree import leaf_nodes, n_nodes
 from . import cgm
 from ._moves import mh_log_ratio
 
-__all__ = ["COUNT_BATCH", "COUNT_ELEMENTS", "bins_by_feature", "count_batch", "finish", "proposals", "rows_sweep",
-           "rule_rows"]
+__all__ = ["COUNT_BATCH", "COUNT_ELEMENTS", "bins_by_feature", "children", "count_batch", "finish", "grow_prune_scan",
+           "proposals", "rows_sweep", "rule_rows"]
 
 #: The grow-prune sweep counts its grow proposals' rows :func:`count_batch` trees at a time:
 #: COUNT_BATCH (the (batch, n) masks stay in cache at large n), or all trees at once when they mask
@@ -159,6 +159,81 @@ def finish(state, props, new, counts, changed, leaf_id):
     return values, trees._replace(tree=tree, leaf_id=leaf_id, stats=stats, lo=lo, hi=hi, log_prior=log_prior), can_split
 
 
+def children(x: Array, node: Array) -> Array:
+    """(2, ...) the rows of ``x`` (N, ...) at node ``node``'s two children (slots ``2 node + 1``,
+    ``2 node + 2``; clipped in range for a leaf at the last level, whose move is impossible)."""
+    return jax.lax.dynamic_slice_in_dim(x, jnp.minimum(2 * node + 1, x.shape[0] - 2), 2, axis=0)
+
+
+def grow_prune_scan(state, bins: Array, props, carried: Array, xs: tuple, node_step, residual: bool, leaf_step=None):
+    """The sequential pass of the two-pass grow-prune sweep for any leaf model (module docstring):
+    a ``lax.scan`` over the trees carrying ``carried`` (n,) and the kept (M, n) rows' leaves, then
+    :func:`finish`.  ``carried`` is the residual ``target - fit`` when ``residual`` (a tree's change
+    enters as ``old - new``), else the trees' sum (``new - old``).
+
+    ``xs``: the scan's per-tree inputs (each (M, ...)), beginning ``(possible (M,) bool, other (M,)
+    the proposal's prior-and-proposal log ratio, log_u (M,) the accept step's log uniform, old
+    (M, N) the current values on the finer tree, counts (M, N) the finer tree's row counts)`` (from
+    :func:`proposals`), then the leaf model's own.  Per tree m, with ``xs_m`` the tree's inputs
+    after ``m`` itself and ``fine`` (n,) its rows' leaves in its finer tree:
+
+    * ``node_step(m, fine, carried, xs_m) -> (gain, stats, draw)``: the split's log marginal
+      likelihood gain at the node (scalar), the finer tree's node statistics ``stats`` (any
+      pytree, for ``leaf_step``) and ``draw(coarse) -> (node_value (), values (N,))`` the new
+      values on the finer tree and, if the tree after the step is the ``coarse`` one, its node's
+      value (put in its children's slots here);
+    * ``leaf_step(m, log_ratio, stats, xs_m) -> (accepted, new (N,))``, if given, in place of the
+      accept step and ``draw`` (monotone BART's constrained values).
+
+    Returns ``(carried, leaf_values (M, N), changed (M,), trees, can_split)``."""
+    N = state.leaf_values.shape[1]
+    node, splits = props.node, props.splits
+    slot = jnp.arange(N)
+    # the rule dividing the node's rows between its children in the finer tree: a grow's new one,
+    # the current one of a prune's node
+    kid_rows, fine_after = rule_rows(bins, props, state.trees.tree)
+
+    def body(carry, xs_m):
+        carried, leaf_ids, last_delta, last_coarse = carry
+        m, possible, other, lu = xs_m[:4]
+        # the previous tree's change, deferred to here so that its (N,) change is a materialised
+        # loop value (XLA would otherwise fuse its computation, a reduction over the scatter's
+        # lanes, into the gather and repeat it for every row); its rows' leaves in its finer tree
+        # are recovered from its leaves after the step: a coarse tree's node rows by its rule
+        prev = jnp.maximum(m - 1, 0)
+        carried = carried + last_delta[fine_after(prev, leaf_ids[prev], last_coarse)]
+        leaf = leaf_ids[m]
+        left_child = 2 * node[m] + 1
+        # the finer tree's leaves: a grow sends the node's rows to its children by the rule
+        fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)
+        gain, stats, draw = node_step(m, fine, carried, xs_m)
+        log_ratio = mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other)
+        if leaf_step is None:
+            accepted = possible & (lu < log_ratio)
+            coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
+            node_value, values = draw(coarse)
+            new = jnp.where((((slot - left_child) >> 1) == 0) & coarse, node_value, values)
+        else:
+            accepted, new = leaf_step(m, log_ratio, stats, xs_m)
+            coarse = accepted != splits[m]
+        # the rows' leaves after the step, written in place: the finer tree's, or its two
+        # children's rows back in the node
+        in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
+        leaf_ids = jax.lax.dynamic_update_index_in_dim(
+            leaf_ids, jnp.where(coarse & in_kids, node[m], fine).astype(leaf_ids.dtype), m, axis=0)
+        delta = xs_m[4] - new if residual else new - xs_m[4]
+        # one output row per tree: values, accepted
+        return (carried, leaf_ids, delta, coarse), jnp.append(new, accepted.astype(new.dtype))
+
+    M = node.shape[0]
+    start = (carried, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
+    (carried, leaf_id, last_delta, last_coarse), out = jax.lax.scan(body, start, (jnp.arange(M),) + tuple(xs))
+    carried = carried + last_delta[fine_after(M - 1, leaf_id[M - 1], last_coarse)]
+    new, changed = out[:, :N], out[:, N] > 0
+    values, trees, can_split = finish(state, props, new, xs[4], changed, leaf_id)
+    return carried, values, changed, trees, can_split
+
+
 def rows_sweep(state, data, total: Array, uniforms: Array, leaf_draws, config, rows):
     """Backfitting with one grow-or-prune proposal per tree for a leaf model given by ``rows``:
     ``rows(partial)`` tree m's :class:`~bdtree_jax.data.TreeData` given the other trees' sum
@@ -168,24 +243,16 @@ def rows_sweep(state, data, total: Array, uniforms: Array, leaf_draws, config, r
     others are left 0).  ``total`` (n,) the trees' sum at the rows,
     ``uniforms`` (M, 5), ``leaf_draws`` (M, ...) each tree's leaf randomness (normals (M, N) or a
     PRNG key per tree).  The same Markov chain as the single-tree CGM kernel restricted to grow
-    and prune run tree by tree (module docstring).  Returns ``(total, leaf_values, changed, trees,
-    can_split)``."""
+    and prune run tree by tree (module docstring; the scan: :func:`grow_prune_scan`).  Returns
+    ``(total, leaf_values, changed, trees, can_split)``."""
     N = n_nodes(config.max_depth)
     bins = bins_by_feature(data)
     props, possible, counts, _, _, old_fine = proposals(state, data, bins, uniforms, config)
-    kid_rows, fine_after = rule_rows(bins, props, state.trees.tree)
-    node, splits = props.node, props.splits
+    node = props.node
     slot = jnp.arange(N)
 
-    def body(carry, xs):
-        total, leaf_ids, last_delta, last_coarse = carry
-        m, possible, other, lu, old, counts, z = xs
-        # the previous tree's change of the sum, deferred to here as in bart._grow_prune_sweep
-        prev = jnp.maximum(m - 1, 0)
-        total = total + last_delta[fine_after(prev, leaf_ids[prev], last_coarse)]
-        leaf = leaf_ids[m]
-        left_child = 2 * node[m] + 1
-        fine = jnp.where(splits[m] & (leaf == node[m]), kid_rows(m), leaf)  # the finer tree's leaves
+    def node_step(m, fine, total, xs_m):
+        old, counts, z = xs_m[4:]
         data_m = rows(total - old[fine])
         lik = data_m.likelihood
         # the finer tree's leaves' statistics (N, K): the counts, and the columns the likelihood
@@ -195,26 +262,16 @@ def rows_sweep(state, data, total: Array, uniforms: Array, leaf_draws, config, r
         stats = jnp.zeros((N, ps.shape[1]), jnp.float32).at[:, 0].set(counts)
         for j in lik.sweep_columns:
             stats = stats.at[:, j].set(sum_by_lane(ps[:, j], lanes, N))
-        kids = jax.lax.dynamic_slice_in_dim(stats, jnp.minimum(left_child, N - 2), 2, axis=0)
+        kids = children(stats, node[m])
         s_node = kids[0] + kids[1]
         gain = lik.split_gain(s_node[None], None, 0, kids[0])
-        log_ratio = mh_log_ratio(jnp.where(splits[m], gain, -gain), 0.0, other)
-        accepted = possible & (lu < log_ratio)
-        coarse = accepted != splits[m]  # the tree after the step is the coarser one: both children
-        is_kid = ((slot - left_child) >> 1) == 0
-        # the leaves' values: a coarse tree's node drawn in the node's slot, then put in its children's
-        drawn = lik.draw_values(jnp.where((slot == node[m])[:, None] & coarse, s_node, stats), z)
-        new = jnp.where(is_kid & coarse, drawn[node[m]], drawn).astype(jnp.float32)
-        in_kids = ((fine.astype(jnp.int32) - left_child) >> 1) == 0
-        leaf_ids = jax.lax.dynamic_update_index_in_dim(
-            leaf_ids, jnp.where(coarse & in_kids, node[m], fine).astype(leaf_ids.dtype), m, axis=0)
-        return (total, leaf_ids, new - old, coarse), (new, accepted)
 
-    M = node.shape[0]
-    xs = (jnp.arange(M), possible, props.d_log_prior + props.log_q_ratio, jnp.log(uniforms[:, 4]), old_fine, counts,
-          leaf_draws)
-    start = (total, state.trees.leaf_id, jnp.zeros((N,), jnp.float32), jnp.zeros((), bool))
-    (total, leaf_id, last_delta, last_coarse), (new, changed) = jax.lax.scan(body, start, xs)
-    total = total + last_delta[fine_after(M - 1, leaf_id[M - 1], last_coarse)]
-    values, trees, can_split = finish(state, props, new, counts, changed, leaf_id)
-    return total, values, changed, trees, can_split
+        def draw(coarse):  # a coarse tree's node drawn in the node's slot
+            drawn = lik.draw_values(jnp.where((slot == node[m])[:, None] & coarse, s_node, stats), z)
+            drawn = drawn.astype(jnp.float32)
+            return drawn[node[m]], drawn
+
+        return gain, stats, draw
+
+    xs = (possible, props.d_log_prior + props.log_q_ratio, jnp.log(uniforms[:, 4]), old_fine, counts, leaf_draws)
+    return grow_prune_scan(state, bins, props, total, xs, node_step, residual=False)

@@ -194,7 +194,8 @@ def _leaf_step(props, xs, state: BARTState, data: BARTData, monotone: tuple, uni
     coarse_rel = jnp.where(merged[:, None, :], kid_cols[:, :, None], coarse_rel)
     coarse_rel = coarse_rel & ~dropped[:, :, None] & ~dropped[:, None, :] & ~jnp.eye(N, dtype=bool)
 
-    def per_tree(m, log_ratio, sums, s_node, xs_m):
+    def per_tree(m, log_ratio, stats, xs_m):
+        sums, s_node = stats
         possible, lu, old, factor, node_factor = xs_m[1], xs_m[3], xs_m[4], xs_m[6], xs_m[10]
         kid, r, rc, l_slot = is_kid[m], rel[m], coarse_rel[m], left[m]
         mean = sums * factor
