@@ -5,10 +5,11 @@ that do not depend on the leaf model, and that sweep for any conjugate leaf mode
 The two-pass sweep proposes a grow or a prune for every tree at once (:func:`proposals`: the
 proposals, the row counts of each tree's *finer* tree -- the proposed one for a grow, the current
 one for a prune -- and whether the move is possible), then visits the trees in a ``lax.scan`` that
-makes a few passes over each tree's rows: the rows' leaves in the finer tree (:func:`rule_rows`),
-the node statistics of the rows over them, the split gain, the accept step, the new leaf values,
-the rows' leaves after the step, written in place into the kept (M, n) array.  The accepted moves
-are then written into the trees' O(M N) arrays (:func:`finish`).
+makes a few passes over each tree's rows (:func:`grow_prune_scan`, one for every leaf model): the
+rows' leaves in the finer tree (:func:`rule_rows`), the node statistics of the rows over them and
+the split gain (the leaf model's ``node_step`` hook), the accept step, the new leaf values, the
+rows' leaves after the step, written in place into the kept (M, n) array.  The accepted moves are
+then written into the trees' O(M N) arrays (:func:`finish`).
 
 BART's normal leaves need only the sums of the partial residual, which it gets from one
 ``segment_sum`` of the residual plus the old values times the counts.  :func:`rows_sweep` serves a
