@@ -108,8 +108,9 @@ def test_sparse_normal_site_is_the_estimators_dart_sweep():
 
 @pytest.mark.slow
 def test_sparse_site_samples_hold_split_probabilities():
-    """(End to end; docs/numpyro.md's example runs it in the docs job too.)  ``mcmc.get_samples()`` holds ``f_split_probs`` (S, F) on the simplex and
-    ``f_sparse_theta`` (S,) > 0; the packed trees stay out of the samples."""
+    """(End to end; docs/numpyro.md's example runs one in the docs job too.)  ``mcmc.get_samples()``
+    holds ``f_split_probs`` (S, F) on the simplex and ``f_sparse_theta`` (S,) > 0; the packed
+    trees stay out of the samples."""
     mcmc = MCMC(TreeGibbs(NUTS(_model("normal"))), num_warmup=3, num_samples=4, progress_bar=False)
     mcmc.run(jax.random.key(1), X, Y)
     s = mcmc.get_samples()

@@ -36,6 +36,12 @@ with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.sit
   structure against the model's log density, the model's own leaf parameters held fixed (the new
   slots' parameters are the padding drawn from their prior, as :class:`TopologyMH` does).
 
+* ``bart(..., sparse=True)`` sites (DART): any of the updates above with the rule prior's feature
+  choice weighted by the site's split probabilities ``s``, then DART's exact ``s`` and ``theta``
+  steps given the trees (:func:`bdtree_jax.kernels.dart.sparsity_step`); ``s`` and ``theta`` are
+  sampler state (:attr:`TreeGibbsState.sparsity`) and sample values (``{name}_split_probs``,
+  ``{name}_sparse_theta``).
+
 ``kinds={"f": "mh"}`` forces an update (``"normal"``/``"probit"`` only where detected).  Every
 update leaves the conditional posterior of its site invariant; the whole is a Gibbs sampler.
 """
@@ -117,8 +123,9 @@ class TreeGibbs(MCMCKernel):
 
     Samples hold, through ``postprocess``, the sites' deterministic values (``name``,
     ``{name}_n_leaves``, ``{name}_depth``), and for a ``bart(..., sparse=True)`` site its split
-    probabilities ``{name}_split_probs`` (F,) and concentration ``{name}_sparse_theta`` (); the packed trees ``{name}_trees`` are in the extra
-    field ``"packed_trees"`` (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
+    probabilities ``{name}_split_probs`` (F,) and concentration ``{name}_sparse_theta`` (); the
+    packed trees ``{name}_trees`` are in the extra field ``"packed_trees"``
+    (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
     """
 
     sample_field = "z"
@@ -387,9 +394,9 @@ class TreeGibbs(MCMCKernel):
                        model_kwargs):
         """A ``bart(..., sparse=True)`` site: :meth:`_update` with the rule prior weighted by the
         current ``s`` (``sparsity = (log_s, theta)``), then DART's ``s`` and ``theta`` steps
-        (:func:`bdtree_jax.kernels.dart.sparsity_step`): for ``"normal"`` / ``"probit"`` sites the
-        sweep of ``BARTRegressor(sparse=True)`` (:func:`bdtree_jax.kernels.dart.step`, sigma the
-        model's).  Returns ``(state, accepted (M,), (log_s, theta))``."""
+        (:func:`bdtree_jax.kernels.dart.sparsity_step`): for a ``"normal"`` site the sweep of
+        ``BARTRegressor(sparse=True)`` (:func:`bdtree_jax.kernels.dart.step_with_draws`, sigma the
+        model's) draw for draw.  Returns ``(state, accepted (M,), (log_s, theta))``."""
         dstate = dart.DARTState(state, *sparsity)
         key, key_s = jax.random.split(key)
         new, accepted = self._update(site, key, state, values, model_args, model_kwargs, log_s=dstate.log_s)
