@@ -88,7 +88,7 @@ from .base import SamplingAlgorithm
 
 __all__ = ["THETA_STEPS", "THETA_STEP_SD", "DARTConfig", "DARTState", "DARTInfo", "DARTDraws", "check_supported",
            "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "prior_draw", "split_counts", "step",
-           "step_with_draws", "trace"]
+           "sparsity_step", "step_with_draws", "trace", "weighted"]
 
 #: Random-walk Metropolis steps on ``logit(theta / (theta + rho))`` per sweep, and their sd.
 THETA_STEPS = 4
@@ -174,7 +174,8 @@ def check_supported(data: BARTData, config: bart.BARTConfig) -> None:
         raise ValueError("sparse=True needs CGM98's split probabilities without box constraints.")
 
 
-def _weighted(data: BARTData, log_s: Array) -> BARTData:
+def weighted(data: BARTData, log_s: Array) -> BARTData:
+    """``data`` with the trees' rule prior weighted by ``s`` (``log_s`` (F,))."""
     return data._replace(tree_data=data.tree_data._replace(feature_log_weight=log_s))
 
 
@@ -290,16 +291,25 @@ def step(key: PRNGKey, state: DARTState, data: BARTData, config: bart.BARTConfig
 def step_with_draws(draws: DARTDraws, state: DARTState, data: BARTData, config: bart.BARTConfig,
                     dart_config: DARTConfig) -> tuple[DARTState, DARTInfo]:
     """:func:`step` given its :func:`draw`."""
-    bart_state, bart_info = bart.step_with_draws(draws.bart, state.bart, _weighted(data, state.log_s), config)
-    k_s, k_theta = jax.random.split(draws.key)
-    state = state._replace(bart=bart_state)
+    bart_state, bart_info = bart.step_with_draws(draws.bart, state.bart, weighted(data, state.log_s), config)
+    state, s_accepted, theta_accepted = sparsity_step(draws.key, state._replace(bart=bart_state), dart_config)
+    return state, DARTInfo(bart_info, s_accepted, theta_accepted)
+
+
+def sparsity_step(key: PRNGKey, state: DARTState, dart_config: DARTConfig) -> tuple[DARTState, Array, Array]:
+    """The ``s`` step then the ``theta`` steps given the trees (module docstring), after any update
+    of ``state.bart``'s trees that targets their weighted rule prior (:func:`weighted`) with their
+    cached log-priors under ``state.log_s``.  Reads ``state.bart.trees`` (a CGMState with leading
+    axis M) and writes their log-priors under the new ``s``; returns ``(state, s_accepted ()
+    bool, theta_accepted () float32)``.  Shared by :func:`step_with_draws` and the NumPyro tree
+    sites (:class:`~bdtree_jax.numpyro.TreeGibbs`)."""
+    k_s, k_theta = jax.random.split(key)
     log_s, trees, s_accepted = _s_step(k_s, state, dart_config)
     if dart_config.theta is None:
         theta, theta_accepted = _theta_steps(k_theta, state.theta, log_s, dart_config)
     else:
         theta, theta_accepted = state.theta, jnp.float32(jnp.nan)
-    state = DARTState(bart_state._replace(trees=trees), log_s, theta)
-    return state, DARTInfo(bart_info, s_accepted, theta_accepted)
+    return DARTState(state.bart._replace(trees=trees), log_s, theta), s_accepted, theta_accepted
 
 
 def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig) -> dict:
@@ -344,7 +354,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: bart.BARTConfig, dart_confi
     else:
         theta = jnp.float32(dart_config.theta)
     log_s = log_dirichlet_draw(k_s, jnp.full((n_features,), theta / n_features))
-    trees = bart.prior_draw(k_bart, _weighted(data, log_s), config)
+    trees = bart.prior_draw(k_bart, weighted(data, log_s), config)
     return DARTState(trees, log_s, jnp.asarray(theta, jnp.float32))
 
 

@@ -36,6 +36,12 @@ with its form to float32 round-off; otherwise ``"mh"``, and :attr:`TreeGibbs.sit
   structure against the model's log density, the model's own leaf parameters held fixed (the new
   slots' parameters are the padding drawn from their prior, as :class:`TopologyMH` does).
 
+* ``bart(..., sparse=True)`` sites (DART): any of the updates above with the rule prior's feature
+  choice weighted by the site's split probabilities ``s``, then DART's exact ``s`` and ``theta``
+  steps given the trees (:func:`bdtree_jax.kernels.dart.sparsity_step`); ``s`` and ``theta`` are
+  sampler state (:attr:`TreeGibbsState.sparsity`) and sample values (``{name}_split_probs``,
+  ``{name}_sparse_theta``).
+
 ``kinds={"f": "mh"}`` forces an update (``"normal"``/``"probit"`` only where detected).  Every
 update leaves the conditional posterior of its site invariant; the whole is a Gibbs sampler.
 """
@@ -57,7 +63,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import compute_log_probs, log_density
 
 from ..kernels import bart as bart_kernel
-from ..kernels import cgm, tree_mh
+from ..kernels import cgm, dart, tree_mh
 from ..kernels._moves import mh_log_ratio
 from ..kernels.probit import draw_latents
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
@@ -79,7 +85,9 @@ class TreeGibbsState(NamedTuple):
     (the trees in bin codes, their leaf values and ``fit`` (n,) the sum of trees at the rows);
     ``accepted``: per tree site the (M,) trees changed in the last sweep; ``inner``: the inner
     kernel's state (None without continuous sites); ``packed_trees``: the packed trees by site
-    (the extra field that ``MCMC`` collects: ``postprocess_fn`` leaves them out of the samples)."""
+    (the extra field that ``MCMC`` collects: ``postprocess_fn`` leaves them out of the samples);
+    ``sparsity``: per tree site None, or for a ``bart(..., sparse=True)`` site ``(log_s (F,),
+    theta ())`` its DART split probabilities' logs and concentration."""
 
     z: dict
     trees: tuple
@@ -87,6 +95,7 @@ class TreeGibbsState(NamedTuple):
     inner: Any
     rng_key: Any
     packed_trees: dict = {}
+    sparsity: tuple = ()
 
 
 class _Site(NamedTuple):
@@ -113,8 +122,10 @@ class TreeGibbs(MCMCKernel):
     kinds : optional ``{site name: kind}`` forcing a site's update (:data:`KINDS`).
 
     Samples hold, through ``postprocess``, the sites' deterministic values (``name``,
-    ``{name}_n_leaves``, ``{name}_depth``); the packed trees ``{name}_trees`` are in the extra
-    field ``"packed_trees"`` (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
+    ``{name}_n_leaves``, ``{name}_depth``), and for a ``bart(..., sparse=True)`` site its split
+    probabilities ``{name}_split_probs`` (F,) and concentration ``{name}_sparse_theta`` (); the
+    packed trees ``{name}_trees`` are in the extra field ``"packed_trees"``
+    (:func:`~bdtree_jax.numpyro.posterior_samples` joins them).
     """
 
     sample_field = "z"
@@ -172,6 +183,11 @@ class TreeGibbs(MCMCKernel):
         if unknown:
             raise ValueError(f"TreeGibbs: kinds names {unknown}, which are not tree sites of the model "
                              f"({[s.name for s in specs]}).")
+        taken = sorted({n for spec in specs if spec.dart is not None for n in _sparse_names(spec)} & set(proto))
+        if taken:
+            raise ValueError(f"TreeGibbs: the model has sites named {taken}, which the sparse tree sites' split "
+                             "probabilities need (bart(name, ..., sparse=True) records {name}_split_probs and "
+                             "{name}_sparse_theta); rename them.")
         latent = {k: s["value"] for k, s in proto.items() if s["type"] == "sample" and not s["is_observed"]}
         sites = []
         for spec in specs:
@@ -317,6 +333,8 @@ class TreeGibbs(MCMCKernel):
             raise ValueError(f"TreeGibbs: init_params for tree sites {fixed} are not supported (every tree starts as a "
                              "stump with leaf value 0).")
         trees = tuple(bart_kernel.init(None, s.spec.problem.data, s.spec.config) for s in self._sites)
+        sparsity = tuple(None if s.spec.dart is None else
+                         dart.init(None, s.spec.problem.data, s.spec.config, s.spec.dart)[1:] for s in self._sites)
         accepted = tuple(jnp.zeros((s.spec.config.n_trees,), bool) for s in self._sites)
         rng_key, key_inner = jax.random.split(rng_key)
         inner_state = None
@@ -328,16 +346,22 @@ class TreeGibbs(MCMCKernel):
                                            with_conditioning(model_kwargs, values))
         elif init_params:
             raise ValueError(f"TreeGibbs: init_params names {sorted(init_params)}; the model has no other latent site.")
-        z = self._z(trees, inner_state)
-        return TreeGibbsState(z, trees, accepted, inner_state, rng_key, self._packed(z))
+        z = self._z(trees, inner_state, sparsity)
+        return TreeGibbsState(z, trees, accepted, inner_state, rng_key, self._packed(z), sparsity)
 
     def _packed(self, z) -> dict:
         return {s.spec.trees_site: z[s.spec.trees_site] for s in self._sites}
 
-    def _z(self, trees, inner_state) -> dict:
+    def _z(self, trees, inner_state, sparsity) -> dict:
         """The sample values: the inner sites', the packed trees and each site's values at the rows
-        (the kernel's fit, so ``postprocess`` need not route every row through every tree again)."""
-        return self._values(trees, {} if inner_state is None else inner_state.z)
+        (the kernel's fit, so ``postprocess`` need not route every row through every tree again),
+        and the sparse sites' split probabilities and concentration."""
+        z = self._values(trees, {} if inner_state is None else inner_state.z)
+        for site, sp in zip(self._sites, sparsity):
+            if sp is not None:
+                probs, theta = _sparse_names(site.spec)
+                z[probs], z[theta] = jnp.exp(sp[0]), sp[1]
+        return z
 
     def sample(self, state, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else model_kwargs
@@ -349,21 +373,41 @@ class TreeGibbs(MCMCKernel):
         rng_key, key_trees = jax.random.split(state.rng_key)
         keys = jax.random.split(key_trees, len(self._sites))
         inner_constrained = self._inner_constrained(state.inner, model_args, model_kwargs)
-        trees, accepted = list(state.trees), list(state.accepted)
+        trees, accepted, sparsity = list(state.trees), list(state.accepted), list(state.sparsity)
         for i, (site, key) in enumerate(zip(self._sites, keys)):
             values = self._values(trees, inner_constrained)
-            trees[i], accepted[i] = self._update(site, key, trees[i], values, model_args, model_kwargs)
+            if site.spec.dart is None:
+                trees[i], accepted[i] = self._update(site, key, trees[i], values, model_args, model_kwargs)
+            else:
+                trees[i], accepted[i], sparsity[i] = self._update_sparse(site, key, trees[i], sparsity[i], values,
+                                                                         model_args, model_kwargs)
         inner_state = state.inner
         if self._inner is not None:
             kwargs = with_conditioning(model_kwargs, self._values(trees, {}))
             inner_state = self._inner.refresh(inner_state, model_args, kwargs)
             inner_state = self._inner.sample(inner_state, model_args, kwargs)
-        z = self._z(trees, inner_state)
-        return TreeGibbsState(z, tuple(trees), tuple(accepted), inner_state, rng_key, self._packed(z))
+        z = self._z(trees, inner_state, sparsity)
+        return TreeGibbsState(z, tuple(trees), tuple(accepted), inner_state, rng_key, self._packed(z),
+                              tuple(sparsity))
 
-    def _update(self, site: _Site, key, state: bart_kernel.BARTState, values, model_args, model_kwargs):
+    def _update_sparse(self, site: _Site, key, state: bart_kernel.BARTState, sparsity, values, model_args,
+                       model_kwargs):
+        """A ``bart(..., sparse=True)`` site: :meth:`_update` with the rule prior weighted by the
+        current ``s`` (``sparsity = (log_s, theta)``), then DART's ``s`` and ``theta`` steps
+        (:func:`bdtree_jax.kernels.dart.sparsity_step`): for a ``"normal"`` site the sweep of
+        ``BARTRegressor(sparse=True)`` (:func:`bdtree_jax.kernels.dart.step_with_draws`, sigma the
+        model's) draw for draw.  Returns ``(state, accepted (M,), (log_s, theta))``."""
+        dstate = dart.DARTState(state, *sparsity)
+        key, key_s = jax.random.split(key)
+        new, accepted = self._update(site, key, state, values, model_args, model_kwargs, log_s=dstate.log_s)
+        dstate, _, _ = dart.sparsity_step(key_s, dstate._replace(bart=new), site.spec.dart)
+        return dstate.bart, accepted, (dstate.log_s, dstate.theta)
+
+    def _update(self, site: _Site, key, state: bart_kernel.BARTState, values, model_args, model_kwargs, log_s=None):
+        """One update of a site's trees given the other sites' ``values``; ``log_s`` (F,) weights
+        the rule prior (a sparse site, :meth:`_update_sparse`).  Returns ``(state, accepted (M,))``."""
         spec = site.spec
-        data = spec.problem.data
+        data = spec.problem.data if log_s is None else dart.weighted(spec.problem.data, log_s)
         if not spec.leaf_values:
             return _structure_step(key, state, spec, values,
                                    lambda v: self._log_density_terms(v, model_args, model_kwargs))
@@ -448,6 +492,7 @@ class TreeGibbs(MCMCKernel):
         model_kwargs = {} if model_kwargs is None else model_kwargs
         tree_names = [s.spec.trees_site for s in self._sites]
         tree_names += [s.spec.name for s in self._sites if s.spec.leaf_values]
+        tree_names += [n for s in self._sites if s.spec.dart is not None for n in _sparse_names(s.spec)]
         packed = {s.spec.trees_site for s in self._sites}
 
         def fn(z):
@@ -460,6 +505,11 @@ class TreeGibbs(MCMCKernel):
             return {k: v for k, v in out.items() if k not in packed}  # in the extra field "packed_trees"
 
         return fn
+
+
+def _sparse_names(spec: TreeSiteSpec) -> tuple[str, str]:
+    """The sample names of a sparse site's split probabilities (F,) and concentration ()."""
+    return f"{spec.name}_split_probs", f"{spec.name}_sparse_theta"
 
 
 def _finite_derivatives(fn, step: float = _FD_STEP):

@@ -45,6 +45,7 @@ from numpyro.distributions.transforms import Transform, biject_to
 from .._renamed import accepts_renamed
 from ..data import check_X
 from ..kernels import bart as bart_kernel
+from ..kernels import dart as dart_kernel
 from ..priors import TreePrior
 from ..problem.bart import MAX_CUTS, BARTProblem, build_tree_site_problem
 from ..tree import Tree, leaf_nodes, n_nodes, tree_summaries
@@ -108,6 +109,9 @@ class TreeSiteSpec:
         prior draws and :class:`~bdtree_jax.numpyro.TreeGibbs`; a ``ValueError`` with fewer
         than 2 rows (routing rows through given trees needs none).
     thresholds : :class:`SiteGrid` of the problem's grid.
+    dart : :class:`~bdtree_jax.kernels.dart.DARTConfig` of a ``bart(..., sparse=True)`` site (the
+        rule prior's feature choice weighted by split probabilities ``s`` with their Dirichlet
+        prior), None otherwise.
     """
 
     kind: str
@@ -118,6 +122,7 @@ class TreeSiteSpec:
     tau2: float
     leaf_values: bool = True
     _problem: BARTProblem | None = field(default=None, repr=False)
+    dart: dart_kernel.DARTConfig | None = None
 
     @property
     def trees_site(self) -> str:
@@ -299,12 +304,17 @@ def _no_gradient_transform(constraint):
     return _NoGradientTransform()
 
 
-@partial(jax.jit, static_argnums=(3, 4, 5))
-def _prior_draws(keys, data, grid: SiteGrid, config, kind: str, leaf_values: bool):
+@partial(jax.jit, static_argnums=(3, 4, 5, 6))
+def _prior_draws(keys, data, grid: SiteGrid, config, kind: str, leaf_values: bool, dart_config=None):
     """(K, ...) packed prior draws, one per key of ``keys`` (K, ...): one program, compiled once per
-    configuration and shape (the model is traced several times by NumPyro's and ArviZ's tools)."""
+    configuration and shape (the model is traced several times by NumPyro's and ArviZ's tools).
+    With ``dart_config`` (a sparse site) ``theta`` and ``s`` are drawn first, the trees given ``s``
+    (:func:`bdtree_jax.kernels.dart.prior_draw`)."""
     def one(k):
-        state = bart_kernel.prior_draw(k, data, config)
+        if dart_config is None:
+            state = bart_kernel.prior_draw(k, data, config)
+        else:
+            state = dart_kernel.prior_draw(k, data, config, dart_config).bart
         value = encode_trees(state.trees.tree, state.leaf_values, grid, leaf_values)
         return value if kind == "bart" else value[0]
 
@@ -340,7 +350,7 @@ class HardTreePrior(Distribution):
             return jnp.broadcast_to(value, tuple(sample_shape) + self.event_shape)
         n = int(np.prod(sample_shape))
         draws = _prior_draws(jax.random.split(key, max(n, 1)), spec.problem.data, spec.thresholds, spec.config,
-                             spec.kind, spec.leaf_values)
+                             spec.kind, spec.leaf_values, spec.dart)
         return draws.reshape(tuple(sample_shape) + self.event_shape) if n else draws[0]
 
     def stump(self):
@@ -384,7 +394,7 @@ def _concrete_inputs(X, where: str) -> np.ndarray:
 
 
 def _spec(kind: str, name: str, X, *, n_trees: int, tau2: float, offset: float, leaf_values: bool,
-          tree_sampler: str, **prior) -> TreeSiteSpec:
+          tree_sampler: str, dart: dart_kernel.DARTConfig | None = None, **prior) -> TreeSiteSpec:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{kind}: name must be a non-empty string; got {name!r}.")
     where = f"{kind}({name!r})"
@@ -398,8 +408,25 @@ def _spec(kind: str, name: str, X, *, n_trees: int, tau2: float, offset: float, 
         tree_prior = TreePrior(**{k: v for k, v in prior.items() if k != "max_cuts"})
     config = bart_kernel.BARTConfig(n_trees, max_depth=tree_prior.max_depth, tree_sampler=tree_sampler,
                                     min_leaf_size=tree_prior.min_leaf_size, sample_sigma=False)
+    if dart is not None and problem is not None:
+        try:
+            dart_kernel.check_supported(problem.data, config)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     return TreeSiteSpec(kind, name, config, jnp.asarray(threshold_keys(X)), float(offset), float(tau2), leaf_values,
-                        problem)
+                        problem, dart)
+
+
+def _dart_config(where: str, sparse, theta, a, b, rho) -> dart_kernel.DARTConfig | None:
+    """The checked DART configuration of ``bart(..., sparse=...)``, None for ``sparse=False``."""
+    if not isinstance(sparse, (bool, np.bool_)):
+        raise ValueError(f"{where}: sparse must be True or False; got {sparse!r}.")
+    if not sparse:
+        return None
+    try:
+        return dart_kernel.DARTConfig(theta=theta, a=a, b=b, rho=rho)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def _number(v, what: str, where: str, positive: bool = False) -> float:
@@ -418,7 +445,9 @@ def _record_summaries(name: str, features) -> None:
 @accepts_renamed("n_trees")
 def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = None, scale: float | None = None,
          k: float = 2.0, max_depth: int = 5, alpha: float = 0.95, beta: float = 2.0, split_prior: str = "uniform",
-         min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors"):
+         min_leaf_size: int = 1, max_cuts: int | None = MAX_CUTS, valid_cuts: str = "ancestors", sparse: bool = False,
+         sparse_theta: float | None = None, sparse_a: float = 0.5, sparse_b: float = 1.0,
+         sparse_rho: float | None = None):
     """A sum-of-trees function ``f(X) = offset + sum_m g(X; T_m, mu_m)`` declared in a NumPyro
     model; returns its values at the rows, ``f`` (n,).
 
@@ -442,8 +471,16 @@ def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = N
     Update them with :class:`~bdtree_jax.numpyro.TreeGibbs`.  ``X`` (n, F): numeric inputs
     without missing values, a concrete array (rows are routed by exact float64 comparisons with
     the thresholds, as the fit's bins sort them).
+
+    ``sparse=True``: DART (Linero 2018, :mod:`bdtree_jax.kernels.dart`), as
+    ``BARTRegressor(sparse=True)``: a rule's feature is drawn with probability proportional to
+    split probabilities ``s`` (F,) among those available, ``s ~ Dirichlet(theta/F, ...)``, with
+    ``theta / (theta + sparse_rho) ~ Beta(sparse_a, sparse_b)`` (``sparse_rho=None``: F) or
+    ``sparse_theta`` fixed.  ``TreeGibbs`` updates ``s`` and ``theta`` after the trees every
+    iteration; the samples hold ``{name}_split_probs`` (F,) and ``{name}_sparse_theta`` ().
     """
     where = f"bart({name!r})"
+    dart = _dart_config(where, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho)
     if not _is_int(num_trees) or num_trees < 1:
         raise ValueError(f"{where}: num_trees must be an integer >= 1; got {num_trees!r}.")
     k = _number(k, "k", where, positive=True)
@@ -458,7 +495,7 @@ def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = N
     tau2 = (scale / (2.0 * k * np.sqrt(num_trees))) ** 2
     spec = _spec("bart", name, X, n_trees=num_trees, tau2=tau2, offset=offset, leaf_values=True,
                  tree_sampler="grow-prune", max_depth=max_depth, alpha=alpha, beta=beta, split_prior=split_prior,
-                 min_leaf_size=min_leaf_size, max_cuts=max_cuts, valid_cuts=valid_cuts)
+                 min_leaf_size=min_leaf_size, max_cuts=max_cuts, valid_cuts=valid_cuts, dart=dart)
     value = numpyro.sample(spec.trees_site, HardTreePrior(spec))
     _record_summaries(name, decode_features(value))
     return numpyro.deterministic(name, _ensemble(value, spec.input_keys))
