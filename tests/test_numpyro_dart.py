@@ -181,17 +181,18 @@ def site_geweke(obs: str, kind: str | None, theta=None, seed: int = 0):
     return z, ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})" for n, v, a, b in zip(G_NAMES, z, sc, mc))
 
 
-# theta's hyperprior: lambda's mean comes out high on the site path (0.370 "normal", 0.379 "mh" vs
-# 0.333; z = +3.5, +6.6 at 32 x 2,000) as on the estimators' own DART sweep (tests/test_dart.py's
-# geweke_z with 64 chains x 3,000, seed 1: 0.359 vs 0.333, z = +4.1; its 32 chains at seed 0 pass at
-# z = +2.0): a question for kernels/dart.py, not for the site's wiring (which the fast test above
-# shows to be that sweep draw for draw); kept as a non-strict xfail until it is settled
-_HYPERPRIOR = pytest.mark.xfail(reason="lambda's mean is high on the estimators' DART sweep as well", strict=False)
+# theta's hyperprior on the general ("mh") update: lambda's mean is high (0.368 vs 0.333, z = +4.4 at
+# 32 x 2,000; +6.6 before the s step's rates were summed per feature, which cured the "normal" update
+# and the estimators' sweep): not found yet, so a non-strict xfail; docs/numpyro.md says to fix theta
+# (sparse_theta=...) on such sites meanwhile
+_MH_HYPERPRIOR = pytest.mark.xfail(reason="lambda's mean is high on the mh update with theta's hyperprior",
+                                   strict=False)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("obs,kind,theta", [("normal", None, 0.5), ("probit", None, 0.5), ("normal", "mh", 0.5),
-                                            pytest.param("normal", None, None, marks=_HYPERPRIOR)])
+                                            ("normal", None, None),
+                                            pytest.param("normal", "mh", None, marks=_MH_HYPERPRIOR)])
 def test_geweke_sparse_site(obs, kind, theta):
     """32 chains x 2,000 iterations of the site path from prior draws vs 100,000 prior draws of
     (theta, s, trees, leaves) on 12 full-factorial rows (features with 1, 1 and 2 cuts, so nodes

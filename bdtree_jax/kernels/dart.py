@@ -87,8 +87,8 @@ from . import bart
 from .base import SamplingAlgorithm
 
 __all__ = ["THETA_STEPS", "THETA_STEP_SD", "DARTConfig", "DARTState", "DARTInfo", "DARTDraws", "check_supported",
-           "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "prior_draw", "split_counts", "step",
-           "sparsity_step", "step_with_draws", "trace", "weighted"]
+           "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "log_gamma_rates", "prior_draw", "split_counts",
+           "step", "sparsity_step", "step_with_draws", "trace", "weighted"]
 
 #: Random-walk Metropolis steps on ``logit(theta / (theta + rho))`` per sweep, and their sd.
 THETA_STEPS = 4
@@ -224,6 +224,16 @@ def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -
     return (rho * jnp.exp(z)).astype(jnp.float32), jnp.mean(accepted.astype(jnp.float32))
 
 
+def log_gamma_rates(log_scale: Array, log_v: Array, is_split: Array, available: Array) -> Array:
+    """(F,) ``log(G + V_j)``, ``V_j`` the sum of the node terms ``v = E / S_A(s)`` over the splitting
+    nodes where feature ``j`` is available: ``log_scale`` () ``log G``, ``log_v`` (M, N), ``is_split``
+    (M, N) bool, ``available`` (M, N, F) bool.  A log-sum-exp per feature: one node whose available
+    features all have tiny ``s`` has a huge ``v``, and scaling every feature's sum by that one term
+    would round the other features' ``V_j`` (comparable to a tiny ``G``) to 0."""
+    terms = jnp.where(is_split[..., None] & available, log_v[..., None], -jnp.inf)  # (M, N, F)
+    return jnp.logaddexp(log_scale, jax.scipy.special.logsumexp(terms, axis=(0, 1)))
+
+
 def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
     """The ``s`` step (module docstring): the augmented Gibbs draw (gamma scale, node latents,
     gamma draws), then the independence MH step from ``Dirichlet(theta/p + c)``.  Returns
@@ -245,11 +255,7 @@ def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
         # 1 / G drops out of s = g / sum(g), and the rest is kept in logs (G underflows for small theta)
         log_scale = jax.random.loggamma(k_scale, state.theta)
         log_v = jnp.log(jax.random.exponential(k_nodes, log_total.shape)) - log_total
-        log_v = jnp.where(is_split, log_v, -jnp.inf)
-        top = jnp.max(log_v)
-        top = jnp.where(jnp.isfinite(top), top, 0.0)
-        v_sum = jnp.einsum("mn,mnf->f", jnp.exp(log_v - top), available.astype(jnp.float32))
-        log_rate = jnp.logaddexp(log_scale, jnp.log(v_sum) + top)
+        log_rate = log_gamma_rates(log_scale, log_v, is_split, available)
         log_g = jax.random.loggamma(k_gamma, concentration) - log_rate
         gibbs = jnp.maximum(log_g - jax.scipy.special.logsumexp(log_g), LOG_S_FLOOR).astype(jnp.float32)
         gibbs_total = log_available_total(available, gibbs)
