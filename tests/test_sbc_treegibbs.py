@@ -80,7 +80,7 @@ def _geweke(model, draw_y, stats, *, n_chains, n_steps, n_forward=20000, step_si
             inner_state = inner_state._replace(z={k: fn(inner_values[k]) for k, fn in unconstrain.items()},
                                                rng_key=k_inner)  # NUTS's own key: one per chain
         state = state0._replace(trees=tuple(trees), inner=inner_state, rng_key=k_run)
-        state = state._replace(z=kernel._z(state.trees, inner_state))
+        state = state._replace(z=kernel._z(state.trees, inner_state, state.sparsity))
         y = draw_y(k_y, values(state.z)).astype(jnp.float32)
         return jax.lax.scan(step, (state, y), jax.random.split(k_steps, n_steps))[1]
 
