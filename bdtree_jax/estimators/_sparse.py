@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..kernels.dart import DARTConfig
+from ..kernels.dart import DARTConfig, sparse_config
 
 __all__ = ["SparseMixin", "SPARSE_TRACES"]
 
@@ -24,17 +24,10 @@ class SparseMixin:
     def _dart_config(self) -> DARTConfig | None:
         """The checked DART configuration, or None for ``sparse=False`` (and for the BART
         estimators without a ``sparse`` parameter: counts, survival)."""
-        name = type(self).__name__
         if not hasattr(self, "sparse"):
             return None
-        if not isinstance(self.sparse, (bool, np.bool_)):
-            raise ValueError(f"{name}: sparse must be True or False; got {self.sparse!r}.")
-        if not self.sparse:
-            return None
-        try:
-            return DARTConfig(theta=self.sparse_theta, a=self.sparse_a, b=self.sparse_b, rho=self.sparse_rho)
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
+        return sparse_config(type(self).__name__, self.sparse, self.sparse_theta, self.sparse_a, self.sparse_b,
+                             self.sparse_rho)
 
     def _check_sparse_problem(self, general: bool) -> None:
         """Refuse what DART does not cover before anything compiles."""

@@ -87,8 +87,8 @@ from . import bart
 from .base import SamplingAlgorithm
 
 __all__ = ["THETA_STEPS", "THETA_STEP_SD", "DARTConfig", "DARTState", "DARTInfo", "DARTDraws", "check_supported",
-           "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "log_gamma_rates", "prior_draw", "split_counts",
-           "step", "sparsity_step", "step_with_draws", "trace", "weighted"]
+           "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "log_gamma_rates", "prior_draw", "sparse_config",
+           "split_counts", "step", "sparsity_step", "step_with_draws", "trace", "weighted"]
 
 #: Random-walk Metropolis steps on ``logit(theta / (theta + rho))`` per sweep, and their sd.
 THETA_STEPS = 4
@@ -160,6 +160,20 @@ class DARTDraws(NamedTuple):
 
     bart: bart.SweepDraws
     key: Array
+
+
+def sparse_config(where: str, sparse, theta, a, b, rho) -> DARTConfig | None:
+    """The checked :class:`DARTConfig` of a ``sparse=...`` option and its ``sparse_theta``,
+    ``sparse_a``, ``sparse_b``, ``sparse_rho``, or None for ``sparse=False``; errors name ``where``
+    (the estimator or the NumPyro site)."""
+    if not isinstance(sparse, (bool, np.bool_)):
+        raise ValueError(f"{where}: sparse must be True or False; got {sparse!r}.")
+    if not sparse:
+        return None
+    try:
+        return DARTConfig(theta=theta, a=a, b=b, rho=rho)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def check_supported(data: BARTData, config: bart.BARTConfig) -> None:

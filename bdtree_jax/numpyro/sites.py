@@ -417,18 +417,6 @@ def _spec(kind: str, name: str, X, *, n_trees: int, tau2: float, offset: float, 
                         problem, dart)
 
 
-def _dart_config(where: str, sparse, theta, a, b, rho) -> dart_kernel.DARTConfig | None:
-    """The checked DART configuration of ``bart(..., sparse=...)``, None for ``sparse=False``."""
-    if not isinstance(sparse, (bool, np.bool_)):
-        raise ValueError(f"{where}: sparse must be True or False; got {sparse!r}.")
-    if not sparse:
-        return None
-    try:
-        return dart_kernel.DARTConfig(theta=theta, a=a, b=b, rho=rho)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-
-
 def _number(v, what: str, where: str, positive: bool = False) -> float:
     ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and np.isfinite(v)
     if not ok or (positive and v <= 0):
@@ -480,7 +468,7 @@ def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = N
     iteration; the samples hold ``{name}_split_probs`` (F,) and ``{name}_sparse_theta`` ().
     """
     where = f"bart({name!r})"
-    dart = _dart_config(where, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho)
+    dart = dart_kernel.sparse_config(where, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho)
     if not _is_int(num_trees) or num_trees < 1:
         raise ValueError(f"{where}: num_trees must be an integer >= 1; got {num_trees!r}.")
     k = _number(k, "k", where, positive=True)
