@@ -84,7 +84,7 @@ from ..data import TreeData
 from ..likelihoods import BARTLeafNormal
 from ..priors import node_lanes, regrow_subtree, split_mask, splittable, subtree_sums, sum_by_lane
 from ..priors.categorical import general_rules, rule_available
-from ..problem.bart import BARTData, feature_bins
+from ..problem.bart import BARTData
 # MAX_DEPTH: the deepest tree BART pads, as every sampler (rows' leaves as heap slots: uint8 to depth 7, else int16)
 from ..tree import MAX_DEPTH, leaf_nodes, n_nodes, tree_summaries
 from . import bart_moves, cgm, pg

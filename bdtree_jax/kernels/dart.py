@@ -87,8 +87,9 @@ from . import bart
 from .base import SamplingAlgorithm
 
 __all__ = ["THETA_STEPS", "THETA_STEP_SD", "DARTConfig", "DARTState", "DARTInfo", "DARTDraws", "check_supported",
-           "dart", "draw", "geweke_step", "init", "log_dirichlet_draw", "log_gamma_rates", "prior_draw", "sparse_config",
-           "split_counts", "step", "sparsity_step", "step_with_draws", "trace", "weighted"]
+           "dart", "draw", "geweke_step", "init", "init_sparsity", "log_dirichlet_draw", "log_gamma_rates",
+           "prior_draw", "sparse_config", "split_counts", "step", "sparsity_step", "step_with_draws", "trace",
+           "weighted"]
 
 #: Random-walk Metropolis steps on ``logit(theta / (theta + rho))`` per sweep, and their sd.
 THETA_STEPS = 4
@@ -287,13 +288,16 @@ def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
 
 
 def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig) -> DARTState:
-    """BART's stumps (:func:`~bdtree_jax.kernels.bart.init`), ``s`` uniform and ``theta`` its fixed
-    value, ``theta_init`` or ``rho``."""
-    n_features = data.tree_data.bins.shape[1]
+    """BART's stumps (:func:`~bdtree_jax.kernels.bart.init`) and :func:`init_sparsity`."""
+    return DARTState(bart.init(key, data, config), *init_sparsity(data.tree_data.bins.shape[1], dart_config))
+
+
+def init_sparsity(n_features: int, dart_config: DARTConfig) -> tuple[Array, Array]:
+    """The starting ``(log_s (F,), theta ())``: ``s`` uniform over the ``F = n_features`` features,
+    ``theta`` its fixed value, ``theta_init`` or ``rho``."""
     theta = dart_config.theta if dart_config.theta is not None else (
         dart_config.theta_init if dart_config.theta_init is not None else dart_config.rho_for(n_features))
-    log_s = jnp.full((n_features,), -np.log(n_features), jnp.float32)
-    return DARTState(bart.init(key, data, config), log_s, jnp.float32(theta))
+    return jnp.full((n_features,), -np.log(n_features), jnp.float32), jnp.float32(theta)
 
 
 def draw(key: PRNGKey, config: bart.BARTConfig) -> DARTDraws:

@@ -334,7 +334,8 @@ class TreeGibbs(MCMCKernel):
                              "stump with leaf value 0).")
         trees = tuple(bart_kernel.init(None, s.spec.problem.data, s.spec.config) for s in self._sites)
         sparsity = tuple(None if s.spec.dart is None else
-                         dart.init(None, s.spec.problem.data, s.spec.config, s.spec.dart)[1:] for s in self._sites)
+                         dart.init_sparsity(s.spec.problem.data.tree_data.bins.shape[1], s.spec.dart)
+                         for s in self._sites)
         accepted = tuple(jnp.zeros((s.spec.config.n_trees,), bool) for s in self._sites)
         rng_key, key_inner = jax.random.split(rng_key)
         inner_state = None
