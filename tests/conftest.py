@@ -12,8 +12,8 @@ Compilation is most of the suite's time, so by default the tests
   slower), except in tests marked ``xla_optimized``: long sampling runs, 1.5-3x faster optimised,
   which pays for their compile (the flag is read at each compile, so it can change per test);
   ``BDTREE_TEST_XLA=level0`` asks for ``--xla_backend_optimization_level=0`` in every test instead;
-  ``BDTREE_TEST_XLA=default`` keeps XLA's default flags (one CI job runs that way, so both builds are
-  tested); on jax < 0.10
+  ``BDTREE_TEST_XLA=default`` keeps XLA's default flags in every test (the optimised build is tested
+  in CI by the ``xla_optimized`` tests, most of the slow job, and by the lowest-versions job); on jax < 0.10
   the default flags are kept always: there, at level 0, programs that differ only in how they batch
   exact integer counts round float sums differently (~1e-8), which breaks the bit-identity tests;
 * in those same cheap-compile runs, turn off XLA's CPU fusion emitters for the whole process

@@ -129,6 +129,7 @@ def geweke_z(sampler, seed=0, valid_cuts="data"):
                             means=True)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler,valid_cuts", [("grow-prune", "data"), ("pg", "data"), ("grow-prune", "ancestors"),
                                                 ("pg", "ancestors")])
@@ -352,6 +353,7 @@ def _wide_latent(key, mean, y):  # latent sd 1.5 instead of 1 (sigma not fixed a
 _REAL_DRAW = bart.draw_latents
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", ["swapped sides", "offset ignored", "latent sd 1.5"])
 def test_single_probit_tree_planted_errors_fail(planted, monkeypatch):
@@ -387,6 +389,7 @@ def _probit_geweke_stats(state):
     ])
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_probit_geweke_getting_it_right():
     """Geweke (2004) for the probit sweep: y ~ Bernoulli(Phi(offset + f)) then one sweep (latents,

@@ -148,6 +148,7 @@ def test_single_monotone_tree_matches_exact_posterior():
     assert np.all(np.diff(along, axis=-1) >= 0)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_single_monotone_tree_long_run_tight():
     """The exact test with 16 chains x 30,000 sweeps: TV <= 0.025 and moments within 0.01
@@ -167,6 +168,7 @@ def _no_truncation(mean, sd, lo, hi, u):
 _REAL_TN = bm.truncated_normal
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", ["truncation dropped", "constraint left out of the acceptance",
                                      "proposal's truncated mass left out of the acceptance"])
@@ -212,6 +214,7 @@ def _geweke_stats(state, lo, hi):
     ])
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_monotone_geweke_getting_it_right():
     """Geweke (2004): a monotone sweep alternated with ``y ~ p(y | trees, leaves, sigma)`` must

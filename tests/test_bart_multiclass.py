@@ -97,6 +97,7 @@ def test_geweke_planted_error_fails():
     assert np.max(np.abs(z)) >= 4.0, _report(z)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["grow-prune", "cgm", "pg"])
 def test_geweke_getting_it_right(sampler):
@@ -107,6 +108,7 @@ def test_geweke_getting_it_right(sampler):
     assert np.all(np.abs(z) < 4.0), _report(z)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_classes_batched():
     """The same with the classes' sweeps batched by ``jax.vmap`` (``CLASS_LOOP = "vmap"``): 16 chains

@@ -164,6 +164,7 @@ def _rows_without_exposure(data, partial):
     return data.tree_data._replace(point_stats=jnp.stack([jnp.ones_like(rate), data.y, rate], axis=1))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler,y", [("cgm", E_Y), ("grow-prune", E_Y_FLAT)], ids=["cgm", "grow-prune"])
 def test_single_tree_matches_enumeration(sampler, y):
@@ -189,6 +190,7 @@ def test_single_tree_matches_enumeration_short():
     assert rate_err <= 0.06, rate_err
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler,y", [("cgm", E_Y), ("grow-prune", E_Y_FLAT)], ids=["cgm", "grow-prune"])
 def test_single_tree_planted_error_fails(sampler, y):
@@ -239,6 +241,7 @@ def _report(z):
     return ", ".join(f"{n}: z={v:+.2f}" for n, v in zip(GEWEKE_NAMES, z))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_geweke_getting_it_right(sampler):

@@ -113,6 +113,7 @@ def geweke_z(seed=0):
     return z, report
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_getting_it_right_with_censoring():
     """Geweke (2004): alternating censored data from the model (log times ~ N(f, sigma2),
@@ -123,6 +124,7 @@ def test_geweke_getting_it_right_with_censoring():
     assert np.all(np.abs(z) < 4.0), report
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_fails_when_censored_times_are_not_truncated(monkeypatch):
     """Planted error: censored rows imputed from N(f, sigma2) without the truncation."""
@@ -135,6 +137,7 @@ def test_geweke_fails_when_censored_times_are_not_truncated(monkeypatch):
     assert np.any(np.abs(z) > 4.0), report
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_fails_when_the_sigma2_step_drops_its_jacobian(monkeypatch):
     """Planted error: the sigma2 step's target written for sigma2 itself, not log sigma2."""

@@ -150,6 +150,7 @@ def test_single_variance_tree_matches_enumeration_short():
     assert err <= 0.05, err
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["cgm", "grow-prune"])
 def test_single_variance_tree_matches_enumeration(sampler):
@@ -161,6 +162,7 @@ def test_single_variance_tree_matches_enumeration(sampler):
     assert err <= 0.03, err
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["cgm", "grow-prune"])
 def test_single_variance_tree_planted_error_fails(sampler):
@@ -216,6 +218,7 @@ def _z(sampler, chains, iters, n_prior, seed=0):
     return z, ", ".join(f"{n}: z={v:+.2f}" for n, v in zip(GEWEKE_NAMES, z))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_geweke_getting_it_right(sampler):

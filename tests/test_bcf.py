@@ -176,6 +176,7 @@ def _report(z):
     return ", ".join(f"{n}: z={v:+.2f}" for n, v in zip(GEWEKE_NAMES, z))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_geweke_getting_it_right(sampler):

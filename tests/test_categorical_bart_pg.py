@@ -21,6 +21,7 @@ from bdtree_jax.priors import TreePrior
 from test_categorical_cgm import CATEGORICAL, LIK, X, Y, _frequencies, _kernel_data, _tv
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_one_bart_pg_tree_matches_exact_posterior():
     """One tree, sigma2 fixed, valid_cuts="ancestors", depth <= 2 (1,397 trees): the residual is

@@ -128,6 +128,7 @@ def test_kernel_and_enumerator_agree_on_every_tree():
             assert abs(lp - kept[s]) < 1e-4, s
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("proposal", [pytest.param("cgm", marks=pytest.mark.slow), "cgm+regrow", pytest.param("tempered", marks=pytest.mark.slow)])
 def test_cgm_matches_exact_posterior_with_boxes(proposal):
     """The general CGM chain (proposal "cgm", "cgm+regrow", or tempered CGM) under the box:
@@ -148,6 +149,7 @@ def test_cgm_matches_exact_posterior_with_boxes(proposal):
 
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", ["perturb", "edit"])
 def test_perturb_and_edit_prior_respect_boxes(chain):

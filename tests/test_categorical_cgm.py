@@ -61,6 +61,7 @@ def _tv(p: dict, q: dict) -> float:
     return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("valid_cuts", ["data", pytest.param("ancestors", marks=pytest.mark.slow)])
 def test_cgm_matches_exact_posterior_with_categorical_and_missing(valid_cuts):
     """Every sampled tree is in the exact support, and the visit frequencies are within TV 0.04
@@ -91,6 +92,7 @@ def test_cgm_rule_draws_cover_every_level_partition():
         assert abs(sampled.get(s, 0.0) - exact[s]) < 0.02, s
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_tempered_cgm_matches_exact_posterior():
     """Tempered CGM (4 rungs, swaps exchanging the rungs' inverse temperatures): the cold chain
@@ -105,6 +107,7 @@ def test_tempered_cgm_matches_exact_posterior():
     assert _tv(sampled, exact) < 0.04
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("with_cgm", [False, True])
 def test_regrow_matches_exact_posterior(with_cgm):
@@ -123,6 +126,7 @@ def test_regrow_matches_exact_posterior(with_cgm):
     assert _tv(sampled, exact) < 0.04
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("tree_sampler", ["grow-prune", pytest.param("cgm", marks=pytest.mark.slow)])
 def test_one_bart_tree_matches_exact_posterior(tree_sampler):
     """BART with one tree and sigma2 fixed on the categorical + missing data: the residual is y,

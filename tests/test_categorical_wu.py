@@ -161,6 +161,7 @@ def _restructure_chains(rc, n_steps: int):
     return jax.jit(jax.vmap(run, in_axes=(0, None, None)))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow  # the default job keeps the fibre's exact test (test_restructure_is_exact_on_the_fibre, depth 2)
 @pytest.mark.parametrize("start,drop_w", [(CAT_START, False), (CAT_START_2, False), (CAT_START, True)])
 def test_restructure_alone_samples_the_prior_on_the_fibre(start, drop_w):
@@ -185,6 +186,7 @@ def test_restructure_alone_samples_the_prior_on_the_fibre(start, drop_w):
         assert accepted.mean() > 0.1
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow  # the default job keeps the restructure's exact fibre test and WU's numeric exact tests
 @pytest.mark.parametrize("weights", ["prior", "uniform"])
 def test_wu_matches_exact_posterior(weights):
@@ -238,6 +240,7 @@ def test_sample_wu_on_a_table_with_categorical_columns_and_missing_cells():
     assert np.asarray(trees.is_split)[:, -1, 0].all()  # the tree splits the three species
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_tempered_wu_matches_exact_posterior():
     """Tempered WU (3 rungs): the cold chain within TV 0.04 of the exact posterior."""

@@ -356,6 +356,7 @@ def test_categorical_posterior_round_trip(tmp_path):
     assert back.tree_text() == post.tree_text()
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow  # (tests/test_pcfg.py's default test saves and loads a PCFG posterior too)
 def test_pcfg_posterior_round_trip(iris, tmp_path):
     X, y = iris

@@ -444,6 +444,7 @@ def test_fuzz_malformed_inputs(compiles):
     assert not failures, f"{len(failures)} of 240 cases misbehaved:\n" + "\n".join(failures)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_fuzz_malformed_inputs_sweep(compiles):
     """The larger sweep: 2,000 more cases of other seeds."""

@@ -62,6 +62,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_two_processes_give_the_one_process_draws(tmp_path):
     import jax

@@ -182,6 +182,7 @@ def user_model(X, y=None):
     numpyro.sample("y", dist.Normal(phi @ leaf, NOISE), obs=y)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("grow_prob", [0.5, pytest.param(0.8, marks=pytest.mark.slow)])
 def test_tree_kernel_matches_exact_topology_posterior(tiny_regression, grow_prob):
     # 4 chains x 10000 kept draws (~20 % of iterations move the topology): the effective sample

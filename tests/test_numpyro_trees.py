@@ -149,6 +149,7 @@ def test_cart_normal_matches_enumeration():
     _check_cart_posterior(_normal_obs, y, _normal_marginal(y), "normal")
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cart_probit_matches_enumeration():
     y = np.array([0, 0, 1, 0, 1, 1, 1], np.float32)
@@ -157,6 +158,7 @@ def test_cart_probit_matches_enumeration():
                           "probit")
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cart_poisson_matches_enumeration():
     """The general MH path (CGM98's four moves for a cart site); observed TV 0.022.  With counts up
@@ -213,6 +215,7 @@ def _batch_means_se(x, n_batches=50):
     return b.std(0, ddof=1) / np.sqrt(n_batches)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_bart_plus_linear_part():
     """Geweke (2004): draws of ``y ~ N(bart(X) + Z beta, sigma)`` from the prior (forward) and
@@ -269,6 +272,7 @@ def _small_bart_model(X, y=None):
     numpyro.sample("y", dist.Normal(fx, sigma), obs=y)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_arviz_predictive_and_chains_over_devices():
     """ArviZ conversion, Predictive on new rows, the values at the rows routed by thresholds equal
@@ -310,6 +314,7 @@ def test_arviz_predictive_and_chains_over_devices():
     assert np.max(np.abs(pred["f"].mean(0) - truth)) < 0.3
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cart_leaf_indicators_structure_update_matches_enumeration():
     """``cart(..., leaf_values=False)``: the model's own leaf parameters (one per heap slot, iid

@@ -44,6 +44,7 @@ def algorithm_kernel(algorithm, init, tree_of=lambda state: state.tree):
     return TreeKernel(init, step, tree_of)
 
 
+@pytest.mark.xla_optimized
 def test_cgm_incremental_geweke_classification(monkeypatch):
     """CGM's incremental kernel (the CPU default) on classification, the leaf class
     probabilities drawn by the posterior's Dirichlet draw.  Twins: (1) no proposal ratio,
@@ -61,6 +62,7 @@ def test_cgm_incremental_geweke_classification(monkeypatch):
     check(results, joint.stat_names(), ["correct", "no proposal ratio", "Dirichlet with half the counts"])
 
 
+@pytest.mark.xla_optimized
 def test_cgm_regrow_geweke(monkeypatch):
     """``proposal="cgm+regrow"``: one CGM step then one prune-and-regrow step per iteration.
     Twins: (1) the regrown subtree not drawn from the prior (``regrow_subtree``'s split uniforms
@@ -80,6 +82,7 @@ def test_cgm_regrow_geweke(monkeypatch):
           ["correct", "regrow not from the prior", "sigma2 shape + 1", "leaf variance x 1.3"])
 
 
+@pytest.mark.xla_optimized
 def test_cgm_perturb_geweke(monkeypatch):
     """The perturb move (``proposal="cgm+perturb"``'s second step; width 1, fixed; 10 %
     change-of-variable): one CGM step then four perturb steps per iteration (the CGM step makes
@@ -109,6 +112,7 @@ def test_cgm_perturb_geweke(monkeypatch):
     check(results, joint.stat_names(), ["correct", "no window ratio", "no prior ratio"])
 
 
+@pytest.mark.xla_optimized
 def test_edit_prior_geweke(monkeypatch):
     """The edit prior's chain on edit paths (initial tree ``x0<=3.5(L,L)``, mean 1.5 edits, at
     most 6; regrow and local moves): the simulator carries the path ``(K, U)``, started at a draw
@@ -147,6 +151,7 @@ def test_edit_prior_geweke(monkeypatch):
     check(results, joint.stat_names(), ["correct", "regrown tail length not from its prior"])
 
 
+@pytest.mark.xla_optimized
 def test_tempered_cgm(monkeypatch):
     """Tempered CGM (4 rungs, ``ladder(4, 2.0)``: inverse temperatures 1, 1/3, 1/5, 1/7; the CPU
     ``lax.map`` path).  Tempering's joint depends on ``y`` through every rung, so ``y`` cannot
@@ -174,6 +179,7 @@ def test_tempered_cgm(monkeypatch):
     check(results, joint.stat_names(), ["correct", "every swap accepted"])
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("restructure", ["pi", "gibbs"])
 def test_wu_geweke(monkeypatch, restructure):
     """The WU schedule with one CGM step on each side of the restructure (``n_local=1``), the
@@ -195,6 +201,7 @@ def test_wu_geweke(monkeypatch, restructure):
     check(results, joint.stat_names(), labels)
 
 
+@pytest.mark.xla_optimized
 def test_pg_geweke(monkeypatch):
     """Particle Gibbs (5 particles, prior proposal) on regression.  Twins: (1) the particles'
     increments halved (``smc._advance``: the sweep then targets ``p(T) L(T)**0.5``), (2)
@@ -214,6 +221,7 @@ def test_pg_geweke(monkeypatch):
     check(results, joint.stat_names(), ["correct", "increments halved", "sigma2 shape + 1", "leaf variance x 1.3"])
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("sampler", ["cgm", "pg"])
 def test_bart_kernel_sweep_geweke(monkeypatch, sampler):
     """BART with ``tree_sampler="cgm"`` or ``"pg"`` (4 particles): the single-tree kernels inside
@@ -226,6 +234,7 @@ def test_bart_kernel_sweep_geweke(monkeypatch, sampler):
     check(results, bp.stat_names(), BART_LABELS)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_bart_general_rules_geweke(monkeypatch, sampler):
     """BART's general-rule sweep (:func:`bdtree_jax.kernels.bart._kernel_sweep`): 7 rows, ``x0`` ordered
@@ -250,6 +259,7 @@ def test_bart_general_rules_geweke(monkeypatch, sampler):
     check(results, bp.stat_names(), BART_LABELS)
 
 
+@pytest.mark.xla_optimized
 def test_smc_evidence_identity(monkeypatch):
     """SMC (10 particles, prior proposal, resampling at every stage): 4,000 runs on responses from
     the prior predictive; ``E[Z^/p(y)] = 1`` and ``E[(Z^/p(y)) g(one particle by weight, then

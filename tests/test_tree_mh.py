@@ -147,6 +147,7 @@ def one_tree_check(kind, config=tree_mh.TreeMHConfig(max_depth=2), seed=0):
     return tv, err, tv_distance(exact, prior_p)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("kind", ["poisson", pytest.param("bernoulli-logit", marks=pytest.mark.slow),
                                   pytest.param("normal", marks=pytest.mark.slow),
                                   pytest.param("poisson-rows", marks=pytest.mark.slow)])
@@ -169,6 +170,7 @@ def test_one_tree_matches_enumeration(kind):
     assert tv <= TV_TOL and err <= FIT_TOL, (tv, err)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_one_tree_two_newton_steps_no_prior_mixture():
     """The same check (Poisson) with ``newton_steps=2`` and ``prior_weight=0`` (the Laplace
@@ -206,6 +208,7 @@ def _double_q_precision(orig):
     return wrong
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", ["structure q ratio dropped", "change's rule terms swapped",
                                      "leaf densities with 2x precision"])
@@ -316,6 +319,7 @@ def geweke_z(kind, seed=0, iters=G_ITERS):
     return z, sc.mean((0, 1)), exact
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["poisson", "bernoulli-logit"])
 def test_two_trees_geweke(kind):

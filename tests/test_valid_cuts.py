@@ -105,6 +105,7 @@ def test_enumeration_truncates_and_differs_from_data_cuts(toy_data, min_leaf_siz
         assert counts[np.asarray(leaf_nodes(t))].min() >= min_leaf_size
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "task,min_leaf_size,max_depth,incremental",
     [("classification", 1, 2, True), pytest.param("regression", 2, 2, True, marks=pytest.mark.slow),
@@ -154,6 +155,7 @@ def _tiny_bart(valid_cuts, n_trees=1, n=6, seed=3, sample_sigma=False, sampler="
     return X, grid, prior, data, config
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_one_tree_bart_sweep_matches_enumeration():
     """M = 1, sigma2 fixed: the batched grow-prune sweep's trees follow p(T) p(y | T) under the

@@ -24,6 +24,7 @@ from helpers import chain_frequencies
 CHAINS, ITERS, BURN = 16, 30_000, 500
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "task,min_leaf_size,max_depth",
     [pytest.param("classification", 1, 2, marks=pytest.mark.slow), ("regression", 1, 2), ("classification", 2, 3)],
@@ -104,6 +105,7 @@ def test_incremental_state_equals_full_rescore(min_leaf_size, valid_cuts):
     assert int(((moves == 0) & ~accepted).sum()) > 0  # some grows were refused
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("incremental", [True, False])
 @pytest.mark.parametrize("task", ["classification", "regression"])

@@ -19,6 +19,7 @@ T0, MEAN_EDITS, MAX_EDITS = "x0<=3.5(L,L)", 1.5, 5
 CHAINS, ITERS, BURN = 16, 20_000, 500
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("regrow_prob,n_temperatures", [(0.0, 1), (1.0, 1), pytest.param(0.5, 1, marks=pytest.mark.slow),
                                                            pytest.param(0.5, 3, marks=pytest.mark.slow)])
 def test_edit_prior_chain_matches_exact_posterior(toy_problem, regrow_prob, n_temperatures):

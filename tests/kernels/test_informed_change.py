@@ -95,6 +95,7 @@ def test_dropping_the_proposal_ratio_fails(toy_problem):
     pytest.param("regression", 2, 1, 3, marks=pytest.mark.slow),
     pytest.param("classification", 3, 2, 1, marks=pytest.mark.slow),
 ])
+@pytest.mark.xla_optimized
 def test_cgm_informed_matches_enumerated_posterior(toy_problem, task, max_depth, min_leaf_size, n_temperatures):
     pb = toy_problem(task, max_depth, min_leaf_size)
     algorithm = informed_change.with_informed_change(cgm.CGMConfig.from_prior(pb.prior))

@@ -145,6 +145,7 @@ def test_log_ratio_matches_enumeration(toy_problem, start, split_prior, min_leaf
 # 1. cgm+perturb chains against the exact posterior
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "task,max_depth,min_leaf_size,split_prior,adapt,n_temperatures",
     [
@@ -384,6 +385,7 @@ def _adapt_problem():
     return prior, data
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_adaptation_moves_width_towards_target_and_freezes():
     prior, data = _adapt_problem()

@@ -41,6 +41,7 @@ def _one_sweep(config, data, stack, start, seed=1):
     return jax.device_get(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), len(start)), jnp.asarray(start)))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "task,num_particles,proposal,include_reference,split_prior",
     [
@@ -86,6 +87,7 @@ def test_sweep_leaves_exact_posterior_invariant(toy_problem, task, num_particles
     ], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("n_temperatures", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_chain_matches_exact_posterior(toy_problem, n_temperatures):
     """16 chains x 5,000 PG sweeps (10 particles) -- alone and as the kernel

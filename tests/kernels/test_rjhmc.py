@@ -64,6 +64,7 @@ def test_fast_schedule_matches_exact_topology_posterior(tiny, kind):
     assert traces["accepted"][:, WARMUP:][stay].all()
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_tempered_rjhmc_matches_exact_topology_posteriors():
     """RJHMC (HMC-DF) under Metropolis coupling.  A hot chain on its own (beta = 1/3 fixed: legs
@@ -345,6 +346,7 @@ def test_step_keys_are_one_split_and_keep_the_first_six():
     np.testing.assert_array_equal(keys[:6], jax.random.key_data(jax.random.split(key, 6)))
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_a_change_on_a_tree_without_splits_is_a_stay():
     # RJHMC's chains never leave the one-split tree (the root is not pruned), but a state given

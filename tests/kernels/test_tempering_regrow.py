@@ -34,6 +34,7 @@ def _algorithm(kind, prior, n_temperatures=1):
     return algorithm
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "kind,n_temperatures,task,min_leaf_size,max_depth",
     [
@@ -83,6 +84,7 @@ def test_swap_acceptance_matches_exact_rate(toy_problem):
         assert abs(rates[i, j] - expected) < 0.02, (i, j, rates[i, j], expected)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("kind,n_temperatures", [("cgm", 1), ("regrow", 1), pytest.param("cgm+regrow", 3, marks=pytest.mark.slow)])
 def test_box_constraints_renormalise_the_posterior(toy_problem, kind, n_temperatures):
     """No tree that cuts a box is visited, and the others get the exact posterior conditioned on

@@ -259,6 +259,7 @@ def test_gibbs_draws_are_the_prior_on_the_fibre(toy_problem, max_depth, min_leaf
 CHAINS, ITERS, BURN = 16, 6000, 200
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize(
     "task,max_depth,min_leaf_size,split_prior,n_temperatures,drop_w,restructure,max_groups",
     [
