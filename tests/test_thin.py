@@ -52,6 +52,9 @@ def _thinned(traces, num_warmup, thin):
                         traces)
 
 
+# bit-identity of two programs that batch the iterations differently: the cheap build rounded one
+# log-likelihood of 80 differently on jax 0.7 (2e-6; tests/conftest.py)
+@pytest.mark.xla_optimized
 @pytest.mark.parametrize("thin, block_size", [pytest.param(3, 40, marks=pytest.mark.slow), (4, 17), (2, 130)])
 def test_run_chains_records_every_thin_th_iteration(problem, thin, block_size):
     """Blocks that end inside a group of ``thin`` iterations (17, 40), one block for the run
