@@ -32,6 +32,8 @@ import json
 import os
 import time
 
+import pytest
+
 _EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
            "/jax/core/compile/jaxpr_trace_duration": "trace",
            "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
@@ -42,7 +44,8 @@ def _listener(event, duration, **kwargs):
     name = _EVENTS.get(event)
     if name is not None:
         _totals[name] += duration
-        _totals["compiles"] += name == "compile"
+        if name == "compile":
+            _totals["compiles"] += 1
 
 
 def pytest_configure(config):
@@ -51,13 +54,7 @@ def pytest_configure(config):
     jax.monitoring.register_event_duration_secs_listener(_listener)
 
 
-def _hookwrapper(fn):
-    import pytest
-
-    return pytest.hookimpl(hookwrapper=True)(fn)
-
-
-@_hookwrapper
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     for name in _totals:
         _totals[name] = 0.0

@@ -9,8 +9,8 @@ Compilation is most of the suite's time, so by default the tests
   and a test or module marked ``pytest.mark.no_compile_cache`` compiles afresh;
 * ask XLA for its cheapest optimisation (``jax_disable_most_optimizations``: backend level 0, no
   expensive LLVM passes; programs compile several times faster and the small test programs run no
-  slower), except in tests marked ``xla_optimized``: long sampling runs, 1.5-3x faster optimised,
-  which pays for their compile (the flag is read at each compile, so it can change per test);
+  slower), except in tests marked ``xla_optimized``: long sampling runs, 1.5-7.5x faster optimised
+  (benchmarks/results/slow_tests_compile.md), which pays for their compile (the flag is read at each compile, so it can change per test);
   ``BDTREE_TEST_XLA=level0`` asks for ``--xla_backend_optimization_level=0`` in every test instead;
   ``BDTREE_TEST_XLA=default`` keeps XLA's default flags in every test (the optimised build is tested
   in CI by the ``xla_optimized`` tests, most of the slow job); a bit-identity test whose two
