@@ -10,7 +10,9 @@ Compilation is most of the suite's time, so by default the tests
 * ask XLA for its cheapest optimisation (``jax_disable_most_optimizations``: backend level 0, no
   expensive LLVM passes; programs compile several times faster and the small test programs run no
   slower), except in tests marked ``xla_optimized``: long sampling runs, 1.5-7.5x faster optimised
-  (benchmarks/results/slow_tests_compile.md), which pays for their compile (the flag is read at each compile, so it can change per test);
+  (benchmarks/results/slow_tests_compile.md), which pays for their compile (the flag is read at each
+  compile, so it can change per test); ``BDTREE_TEST_XLA=cheap`` compiles every test cheaply, marked
+  or not (to measure which tests the mark pays for: ``benchmarks/compile_profile.py``);
   ``BDTREE_TEST_XLA=level0`` asks for ``--xla_backend_optimization_level=0`` in every test instead;
   ``BDTREE_TEST_XLA=default`` keeps XLA's default flags in every test (the optimised build is tested
   in CI by the ``xla_optimized`` tests, most of the slow job); a bit-identity test whose two
@@ -27,9 +29,10 @@ import zlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("BDTREE_CPU_DEVICES", "4")
-_CHEAP_XLA = (os.environ.get("BDTREE_TEST_XLA", "fast") != "default"
+_XLA_MODE = os.environ.get("BDTREE_TEST_XLA", "fast")
+_CHEAP_XLA = (_XLA_MODE != "default"
               and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""))
-if _CHEAP_XLA and os.environ.get("BDTREE_TEST_XLA") == "level0":
+if _CHEAP_XLA and _XLA_MODE == "level0":
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
     _CHEAP_XLA = False
 _NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
@@ -93,7 +96,8 @@ def _switched_while_marked(request, marker: str, applies: bool, option: str, val
 def _optimised_xla(request):
     """A test marked ``xla_optimized`` (long sampling runs, where optimised code pays) compiles with
     XLA's default optimisation even in the cheap-compile jobs."""
-    yield from _switched_while_marked(request, "xla_optimized", _CHEAP_XLA, "jax_disable_most_optimizations", False)
+    yield from _switched_while_marked(request, "xla_optimized", _CHEAP_XLA and _XLA_MODE != "cheap",
+                                      "jax_disable_most_optimizations", False)
 
 
 _CACHE_DIR = _compilation_cache_dir()

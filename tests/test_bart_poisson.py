@@ -190,7 +190,6 @@ def test_single_tree_matches_enumeration_short():
     assert rate_err <= 0.06, rate_err
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler,y", [("cgm", E_Y), ("grow-prune", E_Y_FLAT)], ids=["cgm", "grow-prune"])
 def test_single_tree_planted_error_fails(sampler, y):

@@ -113,7 +113,6 @@ def geweke_z(seed=0):
     return z, report
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_getting_it_right_with_censoring():
     """Geweke (2004): alternating censored data from the model (log times ~ N(f, sigma2),
@@ -124,7 +123,6 @@ def test_geweke_getting_it_right_with_censoring():
     assert np.all(np.abs(z) < 4.0), report
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_fails_when_censored_times_are_not_truncated(monkeypatch):
     """Planted error: censored rows imputed from N(f, sigma2) without the truncation."""

@@ -162,7 +162,6 @@ def test_single_variance_tree_matches_enumeration(sampler):
     assert err <= 0.03, err
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["cgm", "grow-prune"])
 def test_single_variance_tree_planted_error_fails(sampler):

@@ -149,7 +149,6 @@ def test_cgm_matches_exact_posterior_with_boxes(proposal):
 
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", ["perturb", "edit"])
 def test_perturb_and_edit_prior_respect_boxes(chain):

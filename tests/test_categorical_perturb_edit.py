@@ -76,7 +76,6 @@ def _tv(p: dict, q: dict) -> float:
 PRIOR = TreePrior(alpha=0.95, beta=1.0, max_depth=2)
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_perturb_matches_exact_posterior():
     """CGM then a perturb proposal per iteration (fixed width 0.1, half the perturbations changes

@@ -226,7 +226,6 @@ def test_gamma_rates_keep_every_features_node_terms():
     assert np.abs(planted - expected).max() > 30
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler,valid_cuts,theta", [("grow-prune", "ancestors", None), ("cgm", "ancestors", None),
                                                       ("grow-prune", "data", 0.5)])
@@ -242,7 +241,6 @@ def test_geweke_sparse_sweep(sampler, valid_cuts, theta):
     assert np.all(np.abs(z) < 4.0), report
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", ["no correction", "one tree's counts"])
 def test_geweke_sparse_sweep_planted_errors(planted, monkeypatch):

@@ -189,7 +189,6 @@ _MH_HYPERPRIOR = pytest.mark.xfail(reason="lambda's mean is high on the mh updat
                                    strict=False)
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("obs,kind,theta", [("normal", None, 0.5), ("probit", None, 0.5), ("normal", "mh", 0.5),
                                             ("normal", None, None),
@@ -203,7 +202,6 @@ def test_geweke_sparse_site(obs, kind, theta):
     assert np.all(np.abs(z) < 4.0), report
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", ["unweighted site update", "one tree's counts"])
 def test_geweke_sparse_site_planted_errors(planted, monkeypatch):

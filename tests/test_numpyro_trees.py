@@ -149,7 +149,6 @@ def test_cart_normal_matches_enumeration():
     _check_cart_posterior(_normal_obs, y, _normal_marginal(y), "normal")
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cart_probit_matches_enumeration():
     y = np.array([0, 0, 1, 0, 1, 1, 1], np.float32)
@@ -215,7 +214,6 @@ def _batch_means_se(x, n_batches=50):
     return b.std(0, ddof=1) / np.sqrt(n_batches)
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_geweke_bart_plus_linear_part():
     """Geweke (2004): draws of ``y ~ N(bart(X) + Z beta, sigma)`` from the prior (forward) and

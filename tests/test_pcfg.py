@@ -198,7 +198,6 @@ def test_save_load_keeps_the_grammar(iris_fit, tmp_path):
     assert loaded.tree_text() == post.tree_text()
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cli_reports_exact_scores(tmp_path):
     import json

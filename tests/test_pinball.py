@@ -318,7 +318,6 @@ def test_cgm_matches_enumerated_pinball_posterior_and_control_fails():
     assert tv_wrong > POST_TOL
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_perturb_matches_enumerated_pinball_posterior(task):
@@ -351,7 +350,6 @@ def _wu_fibre(prior):
     return p.grid, p.data, state, names, log_prior
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_wu_restructure_is_exact_on_the_fibre_under_pinball():
     """On the 36-tree fibre of a K = 4 tree (depth 3, γ = 0.4): the replayed sweep's log prior is
@@ -405,7 +403,6 @@ def test_wu_gibbs_draws_are_pinball_prior_on_the_fibre():
     assert tv[""] <= 0.03 and tv["drop_rule"] > 0.05
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("restructure,max_groups", [("pi", 10), ("gibbs", 4)])
 def test_wu_schedule_matches_enumerated_pinball_posterior(restructure, max_groups):

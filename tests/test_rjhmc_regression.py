@@ -50,7 +50,6 @@ def _data(X, y):
     return {"X": jnp.asarray(X, jnp.float32), "y": jnp.asarray(y, jnp.float32)}
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("proposal", ["conditional", "prior"])
 def test_regression_matches_exact_topology_posterior(tiny_regression, proposal):

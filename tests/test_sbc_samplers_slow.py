@@ -62,7 +62,6 @@ def test_cgm_incremental_geweke_classification(monkeypatch):
     check(results, joint.stat_names(), ["correct", "no proposal ratio", "Dirichlet with half the counts"])
 
 
-@pytest.mark.xla_optimized
 def test_cgm_regrow_geweke(monkeypatch):
     """``proposal="cgm+regrow"``: one CGM step then one prune-and-regrow step per iteration.
     Twins: (1) the regrown subtree not drawn from the prior (``regrow_subtree``'s split uniforms
@@ -82,7 +81,6 @@ def test_cgm_regrow_geweke(monkeypatch):
           ["correct", "regrow not from the prior", "sigma2 shape + 1", "leaf variance x 1.3"])
 
 
-@pytest.mark.xla_optimized
 def test_cgm_perturb_geweke(monkeypatch):
     """The perturb move (``proposal="cgm+perturb"``'s second step; width 1, fixed; 10 %
     change-of-variable): one CGM step then four perturb steps per iteration (the CGM step makes
@@ -179,7 +177,6 @@ def test_tempered_cgm(monkeypatch):
     check(results, joint.stat_names(), ["correct", "every swap accepted"])
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.parametrize("restructure", ["pi", "gibbs"])
 def test_wu_geweke(monkeypatch, restructure):
     """The WU schedule with one CGM step on each side of the restructure (``n_local=1``), the
@@ -259,7 +256,6 @@ def test_bart_general_rules_geweke(monkeypatch, sampler):
     check(results, bp.stat_names(), BART_LABELS)
 
 
-@pytest.mark.xla_optimized
 def test_smc_evidence_identity(monkeypatch):
     """SMC (10 particles, prior proposal, resampling at every stage): 4,000 runs on responses from
     the prior predictive; ``E[Z^/p(y)] = 1`` and ``E[(Z^/p(y)) g(one particle by weight, then

@@ -53,7 +53,6 @@ def test_four_devices():
 # --- BART ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_bart_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     """200 grow-prune sweeps of 200 trees, every sweep kept: the same trees in every draw, leaf
@@ -118,7 +117,6 @@ def test_cgm_rows_sharded_four_ways_give_the_unsharded_trees(friedman):
     assert len(np.unique(plain.trees.is_split.reshape(-1, plain.trees.is_split.shape[-1]), axis=0)) > 10
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_cgm_classifier_two_chain_groups_of_two_shards(friedman):
     """The estimator with 2 chain groups x 2 row shards (shard_map over the chains, rows split

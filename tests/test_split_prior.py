@@ -225,7 +225,6 @@ def test_smc_weighted_particles_match_enumerated_range_posterior(max_depth, min_
     assert tv_distance(freqs, exact) <= 0.04
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_edit_prior_follows_split_prior():
     """The EDITTREE prior's grow / change edits draw rules from the same rule prior: the chain

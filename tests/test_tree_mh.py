@@ -319,7 +319,6 @@ def geweke_z(kind, seed=0, iters=G_ITERS):
     return z, sc.mean((0, 1)), exact
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["poisson", "bernoulli-logit"])
 def test_two_trees_geweke(kind):

@@ -155,7 +155,6 @@ def _tiny_bart(valid_cuts, n_trees=1, n=6, seed=3, sample_sigma=False, sampler="
     return X, grid, prior, data, config
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_one_tree_bart_sweep_matches_enumeration():
     """M = 1, sigma2 fixed: the batched grow-prune sweep's trees follow p(T) p(y | T) under the

@@ -385,7 +385,6 @@ def _adapt_problem():
     return prior, data
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_adaptation_moves_width_towards_target_and_freezes():
     prior, data = _adapt_problem()

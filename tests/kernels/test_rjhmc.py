@@ -346,7 +346,6 @@ def test_step_keys_are_one_split_and_keep_the_first_six():
     np.testing.assert_array_equal(keys[:6], jax.random.key_data(jax.random.split(key, 6)))
 
 
-@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_a_change_on_a_tree_without_splits_is_a_stay():
     # RJHMC's chains never leave the one-split tree (the root is not pruned), but a state given
