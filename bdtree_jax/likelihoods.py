@@ -514,9 +514,9 @@ class BARTLeafPoissonGamma:
 
     def draw_values(self, stats: Array, key: Array) -> Array:
         """``log lambda`` (N,) of a tree's nodes ``stats`` (N, 3) drawn from ``Gamma(a0 + Sy, b0 + Sr)``
-        with ``key`` (log-gamma draws: exact for small shapes too)."""
+        with ``key`` (:func:`log_gamma`: exact for small shapes too)."""
         shape, rate = self.leaf_posterior(stats)
-        return jax.random.loggamma(key, shape) - jnp.log(rate)
+        return log_gamma(key, shape) - jnp.log(rate)
 
     def sample_leaf(self, key: Array, stats: Array) -> Array:
         """Leaf values ``log lambda`` (..., 1) drawn from their conditional posterior."""
@@ -580,6 +580,62 @@ def variance_gamma_hyperparameters(n_trees: int, scale: float = 1.5) -> tuple[fl
         raise ValueError(f"scale must be a finite number > 0; got {scale!r}.")
     b0 = float(n_trees) / float(scale) ** 2
     return b0 + 0.5, b0
+
+
+def log_gamma(key: Array, shape: Array, attempts: int = 2) -> Array:
+    """``log G`` with ``G ~ Gamma(shape, 1)`` independently per element (``shape`` (...) > 0, any
+    size: exact for small shapes too, without underflow), from one batch of uniforms.
+
+    ``G = X U**(1/shape)`` with ``X ~ Gamma(shape + 1)`` and ``U`` uniform (a gamma variable of
+    shape ``a + 1`` times a uniform's ``1/a``-th power has shape ``a``).  ``X`` by Marsaglia &
+    Tsang's (2000) rejection sampler for shapes ``alpha >= 1``: with ``d = alpha - 1/3``,
+    ``c = 1/sqrt(9 d)``, ``z`` standard normal and ``v = (1 + c z)**3``, accept ``X = d v`` when
+    ``v > 0`` and ``log u < z**2/2 + d (1 - v + log v)``, written with ``w = v - 1`` and
+    ``log1p(w) - w`` so that float32 keeps the acceptance test at large shapes.  Proposals come
+    ``attempts`` per element in a round, the first round's uniforms drawn with the boost's in one
+    call, and each element keeps the first accepted one: the rejection sampler's output, whatever
+    the number of rejections before it.  Each proposal is accepted with probability >= 0.95, so at
+    2 attempts an element needs a second round with probability <= 0.0025; the rounds are a
+    ``lax.while_loop`` that runs only while some element has none accepted (under ``vmap`` too,
+    where a ``lax.cond`` would compute both branches).  The same law as
+    :func:`jax.random.loggamma`, 3-4x faster on a CPU in a tree sweep's loop (one PRNG call where its
+    rejection loop makes one per turn; ``tests/test_log_gamma.py``)."""
+    shape = jnp.asarray(shape, jnp.float32)
+    k_first, k_rounds = jax.random.split(key)
+    alpha = shape + 1.0
+    d = alpha - 1.0 / 3.0
+    c = jax.lax.rsqrt(9.0 * d)
+
+    def propose(u):  # (2 attempts, ...) uniforms -> (log X of the first accepted, any accepted)
+        z = jax.scipy.special.ndtri(u[:attempts])
+        cz = c * z
+        w = cz * (3.0 + cz * (3.0 + cz))  # v - 1 = (1 + cz)**3 - 1
+        ok = cz > -1.0
+        log1p_w = jnp.log1p(jnp.where(ok, w, 0.0))
+        accept = ok & _squeeze_free_test(jnp.log(u[attempts:]), z, d, w, log1p_w)
+        first = jnp.argmax(accept, axis=0)
+        return jnp.log(d) + jnp.take_along_axis(log1p_w, first[None], axis=0)[0], jnp.any(accept, axis=0)
+
+    def uniforms(k, n):
+        return jax.random.uniform(k, (n,) + shape.shape, jnp.float32, minval=jnp.finfo(jnp.float32).tiny)
+
+    u = uniforms(k_first, 2 * attempts + 1)
+    log_x, accepted = propose(u[:-1])
+
+    def another_round(carry):
+        k, log_x, accepted = carry
+        k_next, k_now = jax.random.split(k)
+        new, ok = propose(uniforms(k_now, 2 * attempts))
+        return k_next, jnp.where(accepted, log_x, new), accepted | ok
+
+    _, log_x, _ = jax.lax.while_loop(lambda carry: ~jnp.all(carry[2]), another_round, (k_rounds, log_x, accepted))
+    return log_x + jnp.log(u[-1]) / shape
+
+
+def _squeeze_free_test(log_u: Array, z: Array, d: Array, w: Array, log1p_w: Array) -> Array:
+    """Marsaglia & Tsang's acceptance of ``v = 1 + w`` (:func:`log_gamma`), without its squeeze:
+    ``log u < z**2/2 + d (1 - v + log v)``."""
+    return log_u < 0.5 * z * z + d * (log1p_w - w)
 
 
 def _stirling_remainder(x: Array) -> Array:

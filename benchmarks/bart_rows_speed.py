@@ -1,11 +1,13 @@
 """Sweep time of the BART models whose leaf rows are not ``[1, r, r**2]`` -- log-linear BART for
 counts and ``BARTRegressor(variance_trees=J)`` -- against a plain BART sweep, before and after the
-two-pass grow-prune sweep served them (kernels/bart_grow_prune.py ``rows_sweep``).
+two-pass grow-prune sweep served them (kernels/bart_grow_prune.py ``rows_sweep``), and before and
+after their gamma leaves were drawn by ``likelihoods.log_gamma`` (``jax.random.loggamma`` before).
 
 One process, the cases interleaved (each repeat times every case once, the medians reported) so
 that a loaded machine slows them alike: plain BART's grow-prune sweep; the model by the single-tree
-CGM kernel per tree restricted to grow and prune (``bart._kernel_sweep``, the path before); the
-model by ``rows_sweep`` (the path now).  Data: Friedman #1 as benchmarks/bart_poisson.py
+CGM kernel per tree restricted to grow and prune (``bart._kernel_sweep``, the first path); the
+model by ``rows_sweep`` with ``jax.random.loggamma`` leaves (the second); the model by
+``rows_sweep`` (the path now).  Data: Friedman #1 as benchmarks/bart_poisson.py
 (counts ``Poisson(exp(f / 10))``) and benchmarks/bart_variance.py (``sigma(x) = 0.5 + 4 x5**2``).
 
     python benchmarks/bart_rows_speed.py --n 10000 --trees 200 --variance-trees 50
@@ -23,6 +25,7 @@ import time
 import jax
 import numpy as np
 
+from bdtree_jax import likelihoods
 from bdtree_jax.kernels import bart, bart_poisson, bart_variance
 from bdtree_jax.problem.bart import build_bart_problem
 from bdtree_jax.problem.bart_poisson import build_bart_poisson_problem
@@ -37,22 +40,31 @@ def _kernel_path(state, data, total, uniforms, leaf_draws, config, rows):
     return total, values, changed, trees, bart._can_split(trees, data)
 
 
-def _compiled(mod, config, data, kernel_path: bool, sweeps: int):
-    """A jitted run of ``sweeps`` sweeps (traced with the chosen path) and a warmed-up state."""
-    saved = bart.rows_sweep
+def _compiled(mod, config, data, kernel_path: bool, sweeps: int, jax_loggamma: bool = False):
+    """A jitted run of ``sweeps`` sweeps (traced with the chosen path; with ``jax_loggamma`` the
+    gamma leaves drawn by ``jax.random.loggamma``, as before ``likelihoods.log_gamma``) and a
+    warmed-up state."""
+    saved, saved_log_gamma = bart.rows_sweep, likelihoods.log_gamma
     if kernel_path:
         bart.rows_sweep = _kernel_path
+    if jax_loggamma:
+        likelihoods.log_gamma = jax.random.loggamma
     try:
         def run(state, keys):
             return jax.lax.scan(lambda s, k: (mod.step(k, s, data, config)[0], None), state, keys)[0]
 
         run = jax.jit(run).lower(mod.init(None, data, config), jax.random.split(jax.random.key(0), sweeps)).compile()
     finally:
-        bart.rows_sweep = saved
+        bart.rows_sweep, likelihoods.log_gamma = saved, saved_log_gamma
     state = mod.init(None, data, config)
     for i in range(50 // sweeps + 1):  # warm-up: trees of a typical size
         state = run(state, jax.random.split(jax.random.key(100 + i), sweeps))
     return run, jax.block_until_ready(state)
+
+
+#: (kernel path, jax.random.loggamma leaves, label) of each model's cases
+PATHS = [(True, False, "kernel sweep"), (False, True, "grow-prune sweep, jax.random.loggamma leaves"),
+         (False, False, "grow-prune sweep (now)")]
 
 
 def main():
@@ -75,15 +87,15 @@ def main():
     if "poisson" in models:
         p = build_bart_poisson_problem(X, rng.poisson(np.exp(f / 10.0)), n_trees=M)
         config = bart_poisson.poisson_config(M, incremental=False)
-        for kernel_path, name in [(True, "kernel sweep (before)"), (False, "grow-prune sweep (now)")]:
-            cases[f"Poisson, {name}"] = _compiled(bart_poisson, config, p.data, kernel_path, args.sweeps)
+        for kernel_path, jax_loggamma, name in PATHS:
+            cases[f"Poisson, {name}"] = _compiled(bart_poisson, config, p.data, kernel_path, args.sweeps, jax_loggamma)
     if "variance" in models:
         y = f + (0.5 + 4.0 * X[:, 5] ** 2) * rng.normal(size=n)
         p = build_bart_variance_problem(X, y, variance_trees=J, n_trees=M)
         config = bart_variance.VarianceConfig.of(bart.BARTConfig(M, incremental=False, sample_sigma=False), J)
-        for kernel_path, name in [(True, "kernel sweep (before)"), (False, "grow-prune sweep (now)")]:
+        for kernel_path, jax_loggamma, name in PATHS:
             cases[f"variance_trees={J}, {name}"] = _compiled(bart_variance, config, p.variance_data(), kernel_path,
-                                                            args.sweeps)
+                                                            args.sweeps, jax_loggamma)
     times = {name: [] for name in cases}
     load0 = os.getloadavg()[0]
     for r in range(args.repeats):

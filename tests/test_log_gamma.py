@@ -1,0 +1,67 @@
+"""``likelihoods.log_gamma``, the log-gamma draw of the gamma leaves (log-linear BART's counts and
+classes, a variance forest's trees): its law against the exact ``log Gamma(a, 1)`` law for shapes
+from 1e-4 to 1e6, with 2 proposals per element and round and with 1 (where many calls take further
+rounds), and planted errors that fail the same check."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from bdtree_jax import likelihoods
+from bdtree_jax.likelihoods import log_gamma
+
+SHAPES = (1e-4, 0.01, 0.3, 1.0, 2.5, 40.0, 5000.0, 1e6)
+N_DRAWS = 100_000  # per shape; the KS test's p-value is uniform under the exact law
+
+
+def _log_gamma_cdf(t: np.ndarray, a: float) -> np.ndarray:
+    """``P(log G <= t)``, ``G ~ Gamma(a, 1)``: the regularised incomplete gamma at ``exp(t)``, and
+    below ``t = -30`` (where ``exp(t)`` is too small for it, at tiny shapes) its first term
+    ``exp(a t) / Gamma(a + 1)`` (relative error below ``exp(-30)``)."""
+    t = np.asarray(t, np.float64)
+    small = t < -30.0
+    tail = np.exp(a * np.where(small, t, -30.0) - special.gammaln(a + 1.0))
+    return np.where(small, tail, special.gammainc(a, np.exp(np.where(small, -30.0, t))))
+
+
+def _ks_pvalues(draw, attempts: int) -> list[float]:
+    """One KS p-value per shape: every shape is one element of a (N_DRAWS, len(SHAPES)) batch of
+    calls, each call drawing all the shapes at once (as a tree's leaves are drawn)."""
+    shapes = jnp.asarray(SHAPES, jnp.float32)
+    keys = jax.random.split(jax.random.key(2026), N_DRAWS)
+    x = np.asarray(jax.jit(jax.vmap(lambda k: draw(k, shapes, attempts)))(keys), np.float64)
+    return [stats.kstest(x[:, j], lambda t, a=a: _log_gamma_cdf(t, a)).pvalue for j, a in enumerate(SHAPES)]
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+def test_log_gamma_has_the_exact_law(attempts):
+    """Every shape's KS p-value >= 1e-3 (8 shapes: a false alarm has probability < 0.01); with one
+    proposal per round an element is rejected with probability up to 0.05, so about a third of the
+    calls run a second round or more."""
+    pvalues = _ks_pvalues(log_gamma, attempts)
+    assert all(p >= 1e-3 for p in pvalues), dict(zip(SHAPES, np.round(pvalues, 4)))
+
+
+def _without_boost(key, shape, attempts):
+    """Planted error: the ``U**(1/a)`` factor dropped, which leaves the Gamma(a + 1) draw."""
+    return log_gamma(key, shape + 1.0, attempts)
+
+
+def _first_proposal_always(key, shape, attempts):
+    """Planted error: every proposal accepted (the acceptance test dropped)."""
+    saved = likelihoods._squeeze_free_test
+    likelihoods._squeeze_free_test = lambda log_u, z, d, w, log1p_w: jnp.ones_like(log_u, bool)
+    try:
+        return log_gamma(key, shape, attempts)
+    finally:
+        likelihoods._squeeze_free_test = saved
+
+
+@pytest.mark.parametrize("planted", [_without_boost, _first_proposal_always], ids=["no-boost", "no-rejection"])
+def test_planted_errors_fail_the_law(planted):
+    """The same check fails by far on a planted error (some shape's p-value < 1e-6, or not a number:
+    draws that are not numbers)."""
+    pvalues = _ks_pvalues(planted, 2)
+    assert not all(p >= 1e-6 for p in pvalues), dict(zip(SHAPES, np.round(pvalues, 4)))
