@@ -222,8 +222,8 @@ def _z(sampler, chains, iters, n_prior, seed=0):
 @pytest.mark.parametrize("sampler", ["grow-prune", "pg"])
 def test_geweke_getting_it_right(sampler):
     """Alternating a sweep with ``y ~ p(y | both forests)`` leaves the prior invariant: 32 chains
-    x 4,000 sweeps from prior draws vs 200,000 forward draws, every |z| < 4 (observed max 1.17
-    grow-prune, 1.45 pg)."""
+    x 4,000 sweeps from prior draws vs 200,000 forward draws, every |z| < 4 (observed max 1.19
+    grow-prune, 1.47 pg)."""
     z, report = _z(sampler, 32, 4000, 200_000)
     print(sampler, report)
     assert np.all(np.abs(z) < 4.0), report
