@@ -35,7 +35,7 @@ def _ks_pvalues(draw, attempts: int) -> list[float]:
     return [stats.kstest(x[:, j], lambda t, a=a: _log_gamma_cdf(t, a)).pvalue for j, a in enumerate(SHAPES)]
 
 
-@pytest.mark.parametrize("attempts", [1, 2])
+@pytest.mark.parametrize("attempts", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_log_gamma_has_the_exact_law(attempts):
     """Every shape's KS p-value >= 1e-3 (8 shapes: a false alarm has probability < 0.01); with one
     proposal per round an element is rejected with probability up to 0.05, so about a third of the
@@ -59,7 +59,8 @@ def _first_proposal_always(key, shape, attempts):
         likelihoods._squeeze_free_test = saved
 
 
-@pytest.mark.parametrize("planted", [_without_boost, _first_proposal_always], ids=["no-boost", "no-rejection"])
+@pytest.mark.parametrize("planted", [pytest.param(_without_boost, marks=pytest.mark.slow), _first_proposal_always],
+                         ids=["no-boost", "no-rejection"])
 def test_planted_errors_fail_the_law(planted):
     """The same check fails by far on a planted error (some shape's p-value < 1e-6, or not a number:
     draws that are not numbers)."""
