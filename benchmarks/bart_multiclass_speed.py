@@ -9,7 +9,7 @@ exposures, multiclass on y.  Each kernel runs 200 sweeps inside one ``lax.scan``
 200 to compile and warm up; prints milliseconds per sweep and the ratios (CPU wall time: "under
 load" on a shared machine).  Multiclass with the classes one after another (``CLASS_LOOP="map"``)
 and batched (``"vmap"``); counts and multiclass (classes in turn) also with their gamma leaves drawn
-by ``jax.random.loggamma``, as before ``likelihoods.log_gamma``.
+by ``jax.random.loggamma``, as before ``likelihoods.log_gamma_given`` (bart_rows_speed.jax_loggamma_leaves).
 """
 
 import sys
@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from bdtree_jax import likelihoods
+from bart_rows_speed import jax_loggamma_leaves
 from bdtree_jax.kernels import bart
 from bdtree_jax.kernels import bart_multiclass as bm
 from bdtree_jax.kernels import bart_poisson as bp
@@ -52,16 +52,13 @@ def main():
         bm.CLASS_LOOP = mode
         out[f"multiclass {mode}"] = ms_per_sweep(lambda k, s, d: bm.step(k, s, d, cm), bm.init(None, pm.data, cm),
                                                  pm.data)
-    # the gamma leaves as drawn before likelihoods.log_gamma (jax.random.loggamma), same process
-    saved, likelihoods.log_gamma = likelihoods.log_gamma, jax.random.loggamma
-    try:
+    # the gamma leaves as drawn before likelihoods.log_gamma_given (jax.random.loggamma), same process
+    with jax_loggamma_leaves():
         out["counts, jax.random.loggamma"] = ms_per_sweep(lambda k, s, d: bp.step(k, s, d, cm),
                                                           bp.init(None, pp.data, cm), pp.data)
         bm.CLASS_LOOP = "map"
         out["multiclass map, jax.random.loggamma"] = ms_per_sweep(lambda k, s, d: bm.step(k, s, d, cm),
                                                                   bm.init(None, pm.data, cm), pm.data)
-    finally:
-        likelihoods.log_gamma = saved
     print(f"n={n} trees={M} {'incremental' if inc else 'batched'}: ms/sweep",
           {k: round(v, 2) for k, v in out.items()},
           "| multiclass map / binary", round(out["multiclass map"] / out["binary"], 1),

@@ -1,7 +1,8 @@
 """Sweep time of the BART models whose leaf rows are not ``[1, r, r**2]`` -- log-linear BART for
 counts and ``BARTRegressor(variance_trees=J)`` -- against a plain BART sweep, before and after the
 two-pass grow-prune sweep served them (kernels/bart_grow_prune.py ``rows_sweep``), and before and
-after their gamma leaves were drawn by ``likelihoods.log_gamma`` (``jax.random.loggamma`` before).
+after their gamma leaves were drawn by ``likelihoods.log_gamma_given`` (before: ``jax.random.loggamma``
+with one key per tree, :func:`jax_loggamma_leaves`).
 
 One process, the cases interleaved (each repeat times every case once, the medians reported) so
 that a loaded machine slows them alike: plain BART's grow-prune sweep; the model by the single-tree
@@ -18,6 +19,7 @@ Prints a markdown table (seconds per sweep and the ratio to plain BART).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import time
@@ -40,22 +42,42 @@ def _kernel_path(state, data, total, uniforms, leaf_draws, config, rows):
     return total, values, changed, trees, bart._can_split(trees, data)
 
 
+@contextlib.contextmanager
+def jax_loggamma_leaves():
+    """Within it, programs traced draw the gamma leaves as before ``likelihoods.log_gamma_given``:
+    one PRNG key per tree in the sweep's draws and ``jax.random.loggamma`` of it in the loop."""
+    saved_draw, lik = bart_poisson.draw, likelihoods.BARTLeafPoissonGamma
+    saved_values = lik.draw_values
+
+    def draw(key, config):
+        draws = saved_draw(key, config)
+        return draws._replace(normals=draws.normals.key)  # (M,) keys; the batch is left unused
+
+    def draw_values(self, stats, key):
+        shape, rate = self.leaf_posterior(stats)
+        return jax.random.loggamma(key, shape) - jax.numpy.log(rate)
+
+    bart_poisson.draw, lik.draw_values = draw, draw_values
+    try:
+        yield
+    finally:
+        bart_poisson.draw, lik.draw_values = saved_draw, saved_values
+
+
 def _compiled(mod, config, data, kernel_path: bool, sweeps: int, jax_loggamma: bool = False):
     """A jitted run of ``sweeps`` sweeps (traced with the chosen path; with ``jax_loggamma`` the
-    gamma leaves drawn by ``jax.random.loggamma``, as before ``likelihoods.log_gamma``) and a
-    warmed-up state."""
-    saved, saved_log_gamma = bart.rows_sweep, likelihoods.log_gamma
+    gamma leaves drawn as before, :func:`jax_loggamma_leaves`) and a warmed-up state."""
+    saved = bart.rows_sweep
     if kernel_path:
         bart.rows_sweep = _kernel_path
-    if jax_loggamma:
-        likelihoods.log_gamma = jax.random.loggamma
     try:
         def run(state, keys):
             return jax.lax.scan(lambda s, k: (mod.step(k, s, data, config)[0], None), state, keys)[0]
 
-        run = jax.jit(run).lower(mod.init(None, data, config), jax.random.split(jax.random.key(0), sweeps)).compile()
+        with jax_loggamma_leaves() if jax_loggamma else contextlib.nullcontext():
+            run = jax.jit(run).lower(mod.init(None, data, config), jax.random.split(jax.random.key(0), sweeps)).compile()
     finally:
-        bart.rows_sweep, likelihoods.log_gamma = saved, saved_log_gamma
+        bart.rows_sweep = saved
     state = mod.init(None, data, config)
     for i in range(50 // sweeps + 1):  # warm-up: trees of a typical size
         state = run(state, jax.random.split(jax.random.key(100 + i), sweeps))

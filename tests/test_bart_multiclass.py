@@ -78,7 +78,7 @@ def _log_phi_wrong_rate(key, state, data):
 
 def test_geweke_getting_it_right_short():
     """The default job's Geweke check ("grow-prune"): 8 chains x 500 sweeps vs 20,000 forward
-    draws, every |z| < 4 (observed max |z| 1.64)."""
+    draws, every |z| < 4 (observed max |z| 1.86)."""
     z = geweke_z("grow-prune", 8, 500, 20_000)
     print(_report(z))
     assert np.all(np.abs(z) < 4.0), _report(z)
@@ -87,7 +87,7 @@ def test_geweke_getting_it_right_short():
 @pytest.mark.slow
 def test_geweke_planted_error_fails():
     """The short check with ``phi`` drawn at the wrong rate (offsets left out) fails it (by far:
-    z(sum log lam) = +71.5; at 16 chains x 1,000 sweeps +132)."""
+    z(sum log lam) = +68.4; at 16 chains x 1,000 sweeps +132)."""
     saved, bm.draw_log_phi = bm.draw_log_phi, _log_phi_wrong_rate
     try:
         z = geweke_z("grow-prune", 8, 500, 20_000, seed=1)
@@ -102,7 +102,7 @@ def test_geweke_planted_error_fails():
 @pytest.mark.parametrize("sampler", ["grow-prune", "cgm", "pg"])
 def test_geweke_getting_it_right(sampler):
     """32 chains x 5,000 sweeps from prior draws vs 200,000 forward draws, every |z| < 4 (observed
-    max |z|: grow-prune 1.00, cgm 1.97, pg 1.16)."""
+    max |z|: grow-prune 1.16, cgm 1.75, pg 1.53)."""
     z = geweke_z(sampler, 32, 5000, 200_000)
     print(sampler, _report(z))
     assert np.all(np.abs(z) < 4.0), _report(z)
@@ -112,7 +112,7 @@ def test_geweke_getting_it_right(sampler):
 @pytest.mark.slow
 def test_geweke_classes_batched():
     """The same with the classes' sweeps batched by ``jax.vmap`` (``CLASS_LOOP = "vmap"``): 16 chains
-    x 2,000 sweeps vs 100,000 forward draws, every |z| < 4 (observed max |z| 1.51)."""
+    x 2,000 sweeps vs 100,000 forward draws, every |z| < 4 (observed max |z| 2.39)."""
     saved, bm.CLASS_LOOP = bm.CLASS_LOOP, "vmap"
     try:
         z = geweke_z("grow-prune", 16, 2000, 100_000, seed=2)

@@ -43,6 +43,7 @@ from jax.scipy.special import gammaln
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
+from ..likelihoods import gamma_draws
 from ..problem.bart_poisson import BARTPoissonData
 from ..tree import leaf_nodes, n_nodes
 from . import bart
@@ -75,14 +76,17 @@ def _rows(data: BARTPoissonData, partial: Array) -> TreeData:
 
 def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
     """The randomness of one sweep: ``uniforms`` (M, 5) (general rules: (M, 10)) per tree,
-    ``normals`` (M,) one PRNG key per tree for its leaves' gamma draws, ``tree_keys`` (M,) as
-    :func:`bdtree_jax.kernels.bart.draw` (Particle Gibbs, general rules), ``key`` unused (zeros)."""
+    ``normals`` the leaves' gamma draws (:class:`~bdtree_jax.likelihoods.GammaDraws` of (M, N): every
+    tree's first round drawn here in one batch, outside the loop over the trees), ``tree_keys``
+    (M,) as :func:`bdtree_jax.kernels.bart.draw` (Particle Gibbs, general rules), ``key`` unused
+    (zeros)."""
     M = config.n_trees
     k_moves, k_leaves, k_trees = jax.random.split(key, 3)
     tree_keys = jax.random.split(k_trees, M) if config.tree_sampler == "pg" or config.general_rules else jnp.zeros(
         (M,), jnp.uint32)
     uniforms = jax.random.uniform(k_moves, (M, 10 if config.general_rules else 5))
-    return SweepDraws(uniforms, jax.random.split(k_leaves, M), tree_keys, jnp.zeros((), jnp.uint32))
+    leaves = gamma_draws(k_leaves, (n_nodes(config.max_depth),), batch=M)
+    return SweepDraws(uniforms, leaves, tree_keys, jnp.zeros((), jnp.uint32))
 
 
 def init(key: PRNGKey | None, data: BARTPoissonData, config: BARTConfig) -> BARTState:
