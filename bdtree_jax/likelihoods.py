@@ -628,8 +628,8 @@ def log_gamma(key: Array, shape: Array) -> Array:
 
 def log_gamma_given(draws: GammaDraws, shape: Array) -> Array:
     """``log G`` with ``G ~ Gamma(shape, 1)`` independently per element (``shape`` (...) > 0, any
-    size: exact for small shapes too, without underflow), given its randomness ``draws``
-    (:func:`gamma_draws`).
+    size: exact for small shapes too, without underflow; NaN where ``shape`` is not a finite
+    number > 0), given its randomness ``draws`` (:func:`gamma_draws`).
 
     ``G = X U**(1/shape)`` with ``X ~ Gamma(shape + 1)`` and ``U`` uniform (a gamma variable of
     shape ``a + 1`` times a uniform's ``1/a``-th power has shape ``a``).  ``X`` by Marsaglia &
@@ -660,6 +660,8 @@ def log_gamma_given(draws: GammaDraws, shape: Array) -> Array:
         return jnp.log(d) + jnp.take_along_axis(log1p_w, first[None], axis=0)[0], jnp.any(accept, axis=0)
 
     log_x, accepted = propose(draws.normals, draws.uniforms[:-1])
+    valid = (shape > 0) & jnp.isfinite(shape)  # the others would never accept: settled now, NaN below
+    accepted = accepted | ~valid
 
     def another_round(carry):
         k, log_x, accepted = carry
@@ -669,7 +671,7 @@ def log_gamma_given(draws: GammaDraws, shape: Array) -> Array:
         return k_next, jnp.where(accepted, log_x, new), accepted | ok
 
     _, log_x, _ = jax.lax.while_loop(lambda carry: ~jnp.all(carry[2]), another_round, (draws.key, log_x, accepted))
-    return log_x + jnp.log(draws.uniforms[-1]) / shape
+    return jnp.where(valid, log_x + jnp.log(draws.uniforms[-1]) / shape, jnp.nan)
 
 
 def _squeeze_free_test(log_u: Array, z: Array, d: Array, w: Array, log1p_w: Array) -> Array:
