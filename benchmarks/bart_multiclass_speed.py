@@ -9,7 +9,7 @@ exposures, multiclass on y.  Each kernel runs 200 sweeps inside one ``lax.scan``
 200 to compile and warm up; prints milliseconds per sweep and the ratios (CPU wall time: "under
 load" on a shared machine).  Multiclass with the classes one after another (``CLASS_LOOP="map"``)
 and batched (``"vmap"``); counts and multiclass (classes in turn) also with their gamma leaves drawn
-by ``jax.random.loggamma``, as before ``likelihoods.log_gamma_given`` (bart_rows_speed.jax_loggamma_leaves).
+by ``jax.random.loggamma``, as before ``_gamma.log_gamma_given`` (bart_rows_speed.jax_loggamma_leaves).
 """
 
 import sys
@@ -52,7 +52,7 @@ def main():
         bm.CLASS_LOOP = mode
         out[f"multiclass {mode}"] = ms_per_sweep(lambda k, s, d: bm.step(k, s, d, cm), bm.init(None, pm.data, cm),
                                                  pm.data)
-    # the gamma leaves as drawn before likelihoods.log_gamma_given (jax.random.loggamma), same process
+    # the gamma leaves as drawn before _gamma.log_gamma_given (jax.random.loggamma), same process
     with jax_loggamma_leaves():
         out["counts, jax.random.loggamma"] = ms_per_sweep(lambda k, s, d: bp.step(k, s, d, cm),
                                                           bp.init(None, pp.data, cm), pp.data)

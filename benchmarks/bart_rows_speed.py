@@ -1,7 +1,7 @@
 """Sweep time of the BART models whose leaf rows are not ``[1, r, r**2]`` -- log-linear BART for
 counts and ``BARTRegressor(variance_trees=J)`` -- against a plain BART sweep, before and after the
 two-pass grow-prune sweep served them (kernels/bart_grow_prune.py ``rows_sweep``), and before and
-after their gamma leaves were drawn by ``likelihoods.log_gamma_given`` (before: ``jax.random.loggamma``
+after their gamma leaves were drawn by ``_gamma.log_gamma_given`` (before: ``jax.random.loggamma``
 with one key per tree, :func:`jax_loggamma_leaves`).
 
 One process, the cases interleaved (each repeat times every case once, the medians reported) so
@@ -44,7 +44,7 @@ def _kernel_path(state, data, total, uniforms, leaf_draws, config, rows):
 
 @contextlib.contextmanager
 def jax_loggamma_leaves():
-    """Within it, programs traced draw the gamma leaves as before ``likelihoods.log_gamma_given``:
+    """Within it, programs traced draw the gamma leaves as before ``_gamma.log_gamma_given``:
     one PRNG key per tree in the sweep's draws and ``jax.random.loggamma`` of it in the loop."""
     saved_draw, lik = bart_poisson.draw, likelihoods.BARTLeafPoissonGamma
     saved_values = lik.draw_values

@@ -17,7 +17,8 @@ from scipy.stats import poisson
 from bdtree_jax.driver import run_chains
 from bdtree_jax.exact import enumerate_trees, tree_frequencies, tv_distance
 from bdtree_jax.kernels import bart_poisson as bp
-from bdtree_jax.likelihoods import BARTLeafPoissonGamma, NormalMeanShift, gamma_draws, poisson_gamma_hyperparameters
+from bdtree_jax._gamma import gamma_draws
+from bdtree_jax.likelihoods import BARTLeafPoissonGamma, NormalMeanShift, poisson_gamma_hyperparameters
 from bdtree_jax.problem.bart_poisson import build_bart_poisson_problem
 from bdtree_jax.tree import Tree, from_string, leaf_index, n_leaves, tree_depth
 

@@ -16,7 +16,8 @@ from bdtree_jax.exact import tree_frequencies, tv_distance
 from bdtree_jax.kernels import bart_poisson
 from bdtree_jax.kernels import bart_variance as bv
 from bdtree_jax.kernels.bart import BARTConfig
-from bdtree_jax.likelihoods import BARTLeafPoissonGamma, BARTLeafVarianceGamma, gamma_draws, variance_gamma_hyperparameters
+from bdtree_jax._gamma import gamma_draws
+from bdtree_jax.likelihoods import BARTLeafPoissonGamma, BARTLeafVarianceGamma, variance_gamma_hyperparameters
 from bdtree_jax.problem.bart import build_bart_problem
 from bdtree_jax.tree import Tree, leaf_index, n_leaves, tree_depth
 
@@ -70,7 +71,8 @@ def test_gamma_leaves_survive_float32_cancellation(lik):
     shape, rate = lik.leaf_posterior(child)
     assert float(rate) == pytest.approx(float(lik.b0))
     gain = lik.split_gain(jnp.stack([node]), None, 0, sibling)
-    draws = jax.vmap(lambda k: lik.draw_values(child[None], gamma_draws(k, (1,))))(jax.random.split(jax.random.key(0), 64))
+    keys = jax.random.split(jax.random.key(0), 64)
+    draws = jax.vmap(lambda k: lik.draw_values(child[None], gamma_draws(k, (1,))))(keys)
     assert np.isfinite(float(gain)) and np.all(np.isfinite(np.asarray(draws)))
 
 

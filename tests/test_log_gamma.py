@@ -1,4 +1,4 @@
-"""``likelihoods.log_gamma``, the log-gamma draw of the gamma leaves (log-linear BART's counts and
+"""``bdtree_jax._gamma``, the log-gamma draw of the gamma leaves (log-linear BART's counts and
 classes, a variance forest's trees): its law against the exact ``log Gamma(a, 1)`` law for shapes
 from 1e-4 to 1e6, with 2 proposals per element and round and with 1 (where many calls take further
 rounds), and planted errors that fail the same check."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from bdtree_jax import likelihoods
-from bdtree_jax.likelihoods import log_gamma
+from bdtree_jax import _gamma
+from bdtree_jax._gamma import log_gamma
 
 SHAPES = (1e-4, 0.01, 0.3, 1.0, 2.5, 40.0, 5000.0, 1e6)
 N_DRAWS = 100_000  # per shape; the KS test's p-value is uniform under the exact law
@@ -32,11 +32,11 @@ def _ks_pvalues(draw, attempts: int) -> list[float]:
     ``attempts`` proposals per element and round."""
     shapes = jnp.asarray(SHAPES, jnp.float32)
     keys = jax.random.split(jax.random.key(2026), N_DRAWS)
-    saved, likelihoods.GAMMA_ATTEMPTS = likelihoods.GAMMA_ATTEMPTS, attempts
+    saved, _gamma.GAMMA_ATTEMPTS = _gamma.GAMMA_ATTEMPTS, attempts
     try:
         x = np.asarray(jax.jit(jax.vmap(lambda k: draw(k, shapes)))(keys), np.float64)
     finally:
-        likelihoods.GAMMA_ATTEMPTS = saved
+        _gamma.GAMMA_ATTEMPTS = saved
     return [stats.kstest(x[:, j], lambda t, a=a: _log_gamma_cdf(t, a)).pvalue for j, a in enumerate(SHAPES)]
 
 
@@ -58,12 +58,12 @@ def _without_boost(key, shape):
 
 def _first_proposal_always(key, shape):
     """Planted error: every proposal accepted (the acceptance test dropped)."""
-    saved = likelihoods._squeeze_free_test
-    likelihoods._squeeze_free_test = lambda log_u, z, d, w, log1p_w: jnp.ones_like(log_u, bool)
+    saved = _gamma._squeeze_free_test
+    _gamma._squeeze_free_test = lambda log_u, z, d, w, log1p_w: jnp.ones_like(log_u, bool)
     try:
         return log_gamma(key, shape)
     finally:
-        likelihoods._squeeze_free_test = saved
+        _gamma._squeeze_free_test = saved
 
 
 @pytest.mark.parametrize("planted", [pytest.param(_without_boost, marks=pytest.mark.slow), _first_proposal_always],

@@ -43,7 +43,7 @@ from jax.scipy.special import gammaln
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
-from ..likelihoods import gamma_draws
+from .._gamma import gamma_draws
 from ..problem.bart_poisson import BARTPoissonData
 from ..tree import leaf_nodes, n_nodes
 from . import bart
@@ -76,7 +76,7 @@ def _rows(data: BARTPoissonData, partial: Array) -> TreeData:
 
 def draw(key: PRNGKey, config: BARTConfig) -> SweepDraws:
     """The randomness of one sweep: ``uniforms`` (M, 5) (general rules: (M, 10)) per tree,
-    ``normals`` the leaves' gamma draws (:class:`~bdtree_jax.likelihoods.GammaDraws` of (M, N): every
+    ``normals`` the leaves' gamma draws (:class:`~bdtree_jax._gamma.GammaDraws` of (M, N): every
     tree's first round drawn here in one batch, outside the loop over the trees), ``tree_keys``
     (M,) as :func:`bdtree_jax.kernels.bart.draw` (Particle Gibbs, general rules), ``key`` unused
     (zeros)."""
