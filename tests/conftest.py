@@ -21,7 +21,9 @@ Compilation is most of the suite's time, so by default the tests
 * in those same cheap-compile runs, turn off XLA's CPU fusion emitters for the whole process
   (``--xla_cpu_use_fusion_emitters=false`` in ``XLA_FLAGS``, where this jaxlib knows the flag): its
   older emitters compile the tests' programs with 15-25 % less CPU time;
-* free compiled programs only when the process's memory mappings near the kernel's limit.
+* free compiled programs only when the process's memory mappings near the kernel's limit;
+* give up on a collective among the virtual CPU devices after 5 minutes (XLA's default: 30), where
+  this jaxlib knows the flag.
 """
 
 import os
@@ -53,6 +55,11 @@ def _xla_accepts(flag: str) -> bool:
 if (_CHEAP_XLA and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "")
         and _xla_accepts(_NO_FUSION_EMITTERS)):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_NO_FUSION_EMITTERS}".strip()
+# a collective among the virtual CPU devices that some device never joins fails the test after
+# 5 minutes, not XLA's 30 (a stuck row-sharded run must not eat the CI job's time limit)
+_COLLECTIVE_TIMEOUT = "--xla_cpu_collective_timeout_seconds=300"
+if "xla_cpu_collective_timeout_seconds" not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_COLLECTIVE_TIMEOUT):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_COLLECTIVE_TIMEOUT}".strip()
 
 import matplotlib  # noqa: E402
 

@@ -5,7 +5,13 @@ options are refused before anything compiles.
 
 The tests run on the 4 CPU devices conftest asks for (``BDTREE_CPU_DEVICES=4``).  The four
 sharded-equals-unsharded runs are in the slow job (``pytest -m slow``; ~1 min each on 2 cores);
-the default run keeps the rows' layout on the data axis and the refused options."""
+the default run keeps the rows' layout on the data axis and the refused options.
+
+Every test here compiles with XLA's default optimisation (``xla_optimized``), the build users get,
+not the suite's cheap one (``jax_disable_most_optimizations``): on 2 busy cores, the cheap build
+of the row-sharded CGM program deadlocked in XLA's CPU runtime, two devices waiting at one
+all-reduce and two at another, until XLA aborted the process (2 of 2 runs under a CPU hog, and
+once in CI); the default build passed the same runs (2 of 2, every test of this file)."""
 
 import jax
 import numpy as np
@@ -16,6 +22,8 @@ import bdtree_jax as bd
 from bdtree_jax import driver
 from bdtree_jax.kernels.bart import BARTConfig, bart
 from bdtree_jax.problem.bart import build_bart_problem
+
+pytestmark = pytest.mark.xla_optimized
 
 #: Leaf values (BART's model scale: y rescaled to [-0.5, 0.5], leaf prior sd 0.018 with 200
 #: trees) agree to this absolute tolerance; sigma to this relative one.  Sums over rows are added
