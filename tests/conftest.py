@@ -51,15 +51,21 @@ def _xla_accepts(flag: str) -> bool:
     return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
 
 
-# probed once, in pytest's main process: the xdist workers inherit its environment
-if (_CHEAP_XLA and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "")
-        and _xla_accepts(_NO_FUSION_EMITTERS)):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_NO_FUSION_EMITTERS}".strip()
+def _add_xla_flag(flag: str) -> None:
+    """Append ``flag`` (``--name=value``) to ``XLA_FLAGS`` unless ``XLA_FLAGS`` already names it or
+    this jaxlib does not know it (:func:`_xla_accepts`)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if flag.lstrip("-").split("=")[0] not in flags and _xla_accepts(flag):
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+
+
+# probed once, in pytest's main process: the xdist workers inherit its environment (the flags are
+# then named there, so the workers probe nothing)
+if _CHEAP_XLA:
+    _add_xla_flag(_NO_FUSION_EMITTERS)
 # a collective among the virtual CPU devices that some device never joins fails the test after
 # 5 minutes, not XLA's 30 (a stuck row-sharded run must not eat the CI job's time limit)
-_COLLECTIVE_TIMEOUT = "--xla_cpu_collective_timeout_seconds=300"
-if "xla_cpu_collective_timeout_seconds" not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_COLLECTIVE_TIMEOUT):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_COLLECTIVE_TIMEOUT}".strip()
+_add_xla_flag("--xla_cpu_collective_timeout_seconds=300")
 
 import matplotlib  # noqa: E402
 
