@@ -7,6 +7,7 @@ renamed, so an interrupted write leaves the previous checkpoint)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from typing import NamedTuple
 
@@ -15,6 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._files import read_file, write_file
+
+#: resumes are logged under the driver's name (the runs that checkpoint are the driver's)
+_LOG = logging.getLogger("bdtree_jax.driver")
 
 
 class HostKey(NamedTuple):
@@ -107,3 +111,21 @@ def run_ident(fingerprint, key_data, num_chains: int, num_iterations: int, data,
     extra = () if (thin, data_shards) == (1, 1) else (("thin", thin, num_warmup), ("data_shards", data_shards))
     return _fingerprint(fingerprint, key_data, num_chains, num_iterations, *extra,
                         *jax.tree.leaves(data))
+
+
+def _report_resume(checkpoint, saved, total: int, unit: str, num_chains: int) -> None:
+    """Log at INFO on the logger ``"bdtree_jax.driver"`` that a run resumes from ``checkpoint``
+    after ``saved["start"]`` of ``total`` units (``unit``: iterations or chains; the record's
+    ``resumed_from``: a dict of these), or that the file there belongs to another run and is
+    started over (``saved`` None; ``resumed_from`` None); nothing when there is no file."""
+    if checkpoint is None or (saved is None and not os.path.exists(checkpoint)):
+        return
+    if saved is None:
+        return _LOG.info("checkpoint %s belongs to another run (other options, data or seed); starting over and "
+                         "overwriting it", os.fspath(checkpoint), extra={"resumed_from": None})
+    done = int(saved["start"])
+    where = (f"at iteration {done} of {total} ({num_chains} chains)" if unit == "iteration"
+             else f"with {done} of {total} chains done")
+    _LOG.info("resuming from checkpoint %s %s", os.fspath(checkpoint), where,
+              extra={"resumed_from": dict(checkpoint=os.fspath(checkpoint), done=done, total=int(total), unit=unit,
+                                          num_chains=int(num_chains))})

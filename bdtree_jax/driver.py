@@ -18,11 +18,12 @@
   the compiled shape: one compilation serves any run length, and any ``num_warmup`` and ``thin``
   (arguments of the program).
 * Between blocks the host updates a tqdm progress bar and, if asked, writes a checkpoint
-  (resuming from one is logged: :func:`_report_resume`).
+  (resuming from one is logged: :func:`bdtree_jax._checkpoint._report_resume`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -34,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from ._checkpoint import _fingerprint, _from_host, _host, _read_checkpoint, _to_host, _write_checkpoint, run_ident
+from ._checkpoint import (_fingerprint, _from_host, _host, _read_checkpoint, _report_resume, _to_host, _write_checkpoint,
+                          run_ident)
 from ._renamed import CHAIN_METHODS_RENAMED, renamed_value
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
@@ -458,60 +460,70 @@ def run_chains(
             states = _from_host(saved["states"])
         else:
             states = _put(_from_host(saved["states"], np.asarray), shardings[1])
-    if states is None:
-        states = init_fn(init_keys, data)
-    if len(devices) > 1 and data_shards == 1:
-        sharding = jax.sharding.NamedSharding(Mesh(np.array(devices), ("chain",)), P("chain"))
-        states = jax.device_put(states, sharding)
-        chain_keys = jax.device_put(chain_keys, sharding)
+    # a row-sharded program on CPU compiles afresh and is never saved (outside_compilation_cache)
+    with outside_compilation_cache(data_shards > 1 and devices[0].platform == "cpu"):
+        if states is None:
+            states = init_fn(init_keys, data)
+        if len(devices) > 1 and data_shards == 1:
+            sharding = jax.sharding.NamedSharding(Mesh(np.array(devices), ("chain",)), P("chain"))
+            states = jax.device_put(states, sharding)
+            chain_keys = jax.device_put(chain_keys, sharding)
 
-    bar = _progress_bar(progress, num_iterations, start, description)
+        bar = _progress_bar(progress, num_iterations, start, description)
 
-    def collect(out, at, n_keep, n_valid):  # device -> host (blocks until that block has run)
-        fill(jax.tree.map(lambda a: _host(a)[:, :n_keep], out), at)
-        bar.update(n_valid)
+        def collect(out, at, n_keep, n_valid):  # device -> host (blocks until that block has run)
+            fill(jax.tree.map(lambda a: _host(a)[:, :n_keep], out), at)
+            bar.update(n_valid)
 
-    pending = None
-    warmup, thin_arg = jnp.int32(num_warmup), jnp.int32(thin)
-    try:
-        while start < num_iterations:
-            n_valid = min(block_size, num_iterations - start)
-            # dispatch is asynchronous: the next block runs on the devices while the host copies
-            # the previous one
-            states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid), warmup, thin_arg)
+        pending = None
+        warmup, thin_arg = jnp.int32(num_warmup), jnp.int32(thin)
+        try:
+            while start < num_iterations:
+                n_valid = min(block_size, num_iterations - start)
+                # dispatch is asynchronous: the next block runs on the devices while the host copies
+                # the previous one
+                states, out = block_fn(chain_keys, states, data, jnp.int32(start), jnp.int32(n_valid), warmup, thin_arg)
+                if pending is not None:
+                    collect(*pending)
+                at = recorded_count(start, num_warmup, thin)
+                pending = (out, at, recorded_count(start + n_valid, num_warmup, thin) - at, n_valid)
+                start += n_valid
+                if checkpoint is not None:
+                    collect(*pending)
+                    pending = None
+                    kept = recorded_count(start, num_warmup, thin)
+                    _write_checkpoint(checkpoint, ident, start, [jax.tree.map(lambda a, k=kept: a[:, :k], traces)], states)
             if pending is not None:
                 collect(*pending)
-            at = recorded_count(start, num_warmup, thin)
-            pending = (out, at, recorded_count(start + n_valid, num_warmup, thin) - at, n_valid)
-            start += n_valid
-            if checkpoint is not None:
-                collect(*pending)
-                pending = None
-                kept = recorded_count(start, num_warmup, thin)
-                _write_checkpoint(checkpoint, ident, start, [jax.tree.map(lambda a, k=kept: a[:, :k], traces)], states)
-        if pending is not None:
-            collect(*pending)
-    finally:
-        bar.close()
+        finally:
+            bar.close()
     return traces, states
 
 
-def _report_resume(checkpoint, saved, total: int, unit: str, num_chains: int) -> None:
-    """Log at INFO on the logger ``"bdtree_jax.driver"`` that a run resumes from ``checkpoint``
-    after ``saved["start"]`` of ``total`` units (``unit``: iterations or chains; the record's
-    ``resumed_from``: a dict of these), or that the file there belongs to another run and is
-    started over (``saved`` None; ``resumed_from`` None); nothing when there is no file."""
-    if checkpoint is None or (saved is None and not os.path.exists(checkpoint)):
+@contextlib.contextmanager
+def outside_compilation_cache(active: bool = True):
+    """While active, programs compile afresh: JAX's persistent compilation cache (if the user set
+    ``jax_compilation_cache_dir``) is neither read nor written; it is back on afterwards.
+
+    :func:`run_chains` uses it for row-sharded runs on CPU (``data_shards > 1``): such a program
+    loaded from the cache could abort the process inside its all-reduces (jax 0.10, XLA's CPU
+    runtime; compiled afresh it runs).  Switching ``jax_enable_compilation_cache`` alone is not
+    enough once the process has used the cache (JAX decides that once), so the cache's state is
+    reset on entry and on exit (``jax.experimental.compilation_cache``'s ``reset_cache``).
+    """
+    if not active:
+        yield
         return
-    if saved is None:
-        return _LOG.info("checkpoint %s belongs to another run (other options, data or seed); starting over and "
-                         "overwriting it", os.fspath(checkpoint), extra={"resumed_from": None})
-    done = int(saved["start"])
-    where = (f"at iteration {done} of {total} ({num_chains} chains)" if unit == "iteration"
-             else f"with {done} of {total} chains done")
-    _LOG.info("resuming from checkpoint %s %s", os.fspath(checkpoint), where,
-              extra={"resumed_from": dict(checkpoint=os.fspath(checkpoint), done=done, total=int(total), unit=unit,
-                                          num_chains=int(num_chains))})
+    from jax.experimental.compilation_cache import compilation_cache
+
+    was_enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was_enabled)
+        compilation_cache.reset_cache()
 
 
 def check_rows(data, data_shards: int, where: str = "") -> int:

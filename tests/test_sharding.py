@@ -7,13 +7,12 @@ The tests run on the 4 CPU devices conftest asks for (``BDTREE_CPU_DEVICES=4``).
 sharded-equals-unsharded runs are in the slow job (``pytest -m slow``; ~1 min each on 2 cores);
 the default run keeps the rows' layout on the data axis and the refused options.
 
-Every test here compiles afresh (``no_compile_cache``) and with XLA's default optimisation
-(``xla_optimized``, the build users get).  A row-sharded CGM program loaded from JAX's
-persistent compilation cache aborted the process on this CPU (jax 0.10.2; 3 of 5 runs of this
-file's slow tests with a filled cache, 2 of 2 after a first run had filled a fresh one; 0 of 4
-compiled afresh), and once in CI.  An earlier run under a CPU hog, with the suite's cheap build
-and a filled cache, aborted on XLA's 40 s rendezvous timeout (two devices at one all-reduce, two
-at another)"""
+Every test here compiles with XLA's default optimisation (``xla_optimized``, the build users get).
+A row-sharded CGM program loaded from JAX's persistent compilation cache aborted the process on
+this CPU (jax 0.10.2; 3 of 5 runs of this file's slow tests with a filled cache, 2 of 2 after a
+first run had filled a fresh one; 0 of 4 compiled afresh), and once in CI, so :func:`run_chains`
+compiles row-sharded CPU runs outside that cache (``driver.outside_compilation_cache``; tested
+below) and these tests use the suite's cache like the others."""
 
 import jax
 import numpy as np
@@ -25,7 +24,7 @@ from bdtree_jax import driver
 from bdtree_jax.kernels.bart import BARTConfig, bart
 from bdtree_jax.problem.bart import build_bart_problem
 
-pytestmark = [pytest.mark.xla_optimized, pytest.mark.no_compile_cache]
+pytestmark = pytest.mark.xla_optimized
 
 #: Leaf values (BART's model scale: y rescaled to [-0.5, 0.5], leaf prior sd 0.018 with 200
 #: trees) agree to this absolute tolerance; sigma to this relative one.  Sums over rows are added
@@ -192,3 +191,64 @@ def test_run_chains_refuses_data_without_rows():
     with pytest.raises(ValueError, match="data_shards=2: the data has no row axis"):
         driver.run_chains(algorithm, {"w": np.zeros(3)}, key=jax.random.key(0), num_chains=1, num_iterations=1,
                           data_shards=2)
+
+
+_CACHE_PROBE = """
+import json, logging, os, sys
+import jax, numpy as np
+import bdtree_jax as bd
+from bdtree_jax import driver
+
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+hits = []  # the block programs JAX read from its persistent cache
+
+
+class BlockHits(logging.Handler):
+    def emit(self, record):
+        if record.getMessage().startswith("Persistent compilation cache hit for 'jit_block"):
+            hits.append(record.getMessage())
+
+
+logging.getLogger("jax._src.compiler").addHandler(BlockHits(logging.DEBUG))
+logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+rng = np.random.default_rng(0)
+X = rng.uniform(size=(64, 2))
+y = (X[:, 0] > 0.5).astype(int)
+library_switch = driver.outside_compilation_cache
+result = {}
+for name, switch in [("without the switch", False), ("with it", True), ("without it again", False)]:
+    if not switch:  # the planted error: run_chains without its switch
+        driver.outside_compilation_cache = lambda active=True: library_switch(False)
+    else:
+        driver.outside_compilation_cache = library_switch
+    driver.clear_compiled()
+    os.makedirs(sys.argv[1], exist_ok=True)
+    before, files = len(hits), set(os.listdir(sys.argv[1]))
+    bd.sample(X, y, method="cgm", num_warmup=0, num_samples=20, num_chains=2, seed=0, data_shards=2)
+    result[name] = dict(hits=len(hits) - before, new_block_files=sum(
+        f.startswith("jit_block") for f in set(os.listdir(sys.argv[1])) - files))
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+def test_row_sharded_cpu_runs_neither_read_nor_write_the_compilation_cache(tmp_path):
+    """In a fresh process with JAX's persistent cache on: a row-sharded CGM run whose driver skips
+    ``outside_compilation_cache`` (the planted error) writes its block program to the cache and a
+    second such run reads programs from it; with the driver's switch, the same run in between
+    reads no block program and writes none."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", BDTREE_CPU_DEVICES="4")
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(tmp_path / "cache")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["without the switch"]["new_block_files"] >= 1, result
+    assert result["with it"] == {"hits": 0, "new_block_files": 0}, result
+    assert result["without it again"]["hits"] >= 1, result
