@@ -51,14 +51,14 @@ def test_same_seed_same_draws_and_block_size_invariance(problem):
     a = _run(problem)
     _assert_same(a, _run(problem))
     _assert_same(a, _run(problem, block_size=50))  # divides the run (and is the clear_compiled test's program)
-    # odd blocks: CGM runs two steps per loop pass and the odd one alone; the same draws
-    assert problem[0].steps_per_pass == 2
-    _assert_same(a, _run(problem, block_size=37))
-    # one step per pass is its own program (the cache key holds steps_per_pass) with the same draws;
-    # its float sums may round differently (XLA fuses the two programs differently; the tests' cheap
-    # build without fusion emitters does: tests/conftest.py)
+    _assert_same(a, _run(problem, block_size=37))  # odd blocks
+    # two steps per loop pass (an odd last one alone) is its own program (the cache key holds
+    # steps_per_pass) with the same draws, in odd blocks too; its float sums may round differently
+    # (XLA fuses the two programs differently; the tests' cheap build without fusion emitters
+    # does: tests/conftest.py)
+    assert problem[0].steps_per_pass == 1
     before = driver.trace_count()
-    _assert_same_draws(a, _run((problem[0]._replace(steps_per_pass=1), problem[1])))
+    _assert_same_draws(a, _run((problem[0]._replace(steps_per_pass=2), problem[1]), block_size=37))
     assert driver.trace_count() == before + 1
     assert a["accepted"].mean() > 0.01
     different = _run(problem, key=jax.random.key(4))

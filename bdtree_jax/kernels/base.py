@@ -22,9 +22,9 @@ class SamplingAlgorithm(NamedTuple):
     the loop (a PRNG call inside a cheap step costs as much as the step on CPU).
 
     ``steps_per_pass`` (default 1): iterations the driver's loop runs per pass.  For steps of a few
-    microseconds the loop's own cost per pass is a visible share, and 2 saves about 5 % on CPU
-    (CGM) at the price of compiling the step three times (two in the pass, one for an odd last
-    step).  The draws do not depend on it.
+    microseconds the loop's own cost per pass is a visible share: 2 saves 6-10 % of CGM's time
+    per iteration on CPU but compiles the step three times (two in the pass, one for an odd last
+    step), about 1.2 s more per fit, so no kernel uses it today.  The draws do not depend on it.
     """
 
     init: Callable[..., Any]
