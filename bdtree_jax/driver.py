@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import sys
 from typing import Any, NamedTuple
@@ -45,7 +44,6 @@ __all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_c
            "ROW_AXES", "row_count", "row_specs", "recorded_count", "run_ident"]
 
 _TRACES = {"count": 0}
-_LOG = logging.getLogger(__name__)
 
 
 def trace_count() -> int:
