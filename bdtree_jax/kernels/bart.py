@@ -498,6 +498,24 @@ def trace(state: BARTState, info: BARTInfo, config: BARTConfig) -> dict:
     return out
 
 
+def forest_trace(name: str, state: BARTState, accepted: Array, config: BARTConfig) -> dict:
+    """The per-iteration record of one forest of a model with several (``name`` its prefix):
+    ``{name}_n_leaves``, ``{name}_depth`` () float32 the means over its M trees,
+    ``{name}_accepted`` () float32 the share of ``accepted`` (M,) bool, and with
+    ``config.record_trees`` ``{name}_tree`` (M, N) and ``{name}_leaf_values`` (M, N) in the
+    configured dtypes."""
+    t = state.trees.tree
+    leaves, depth = tree_summaries(t.is_split)
+    out = {f"{name}_n_leaves": jnp.mean(leaves.astype(jnp.float32)),
+           f"{name}_depth": jnp.mean(depth.astype(jnp.float32)),
+           f"{name}_accepted": jnp.mean(accepted.astype(jnp.float32))}
+    if config.record_trees:
+        out[f"{name}_tree"] = t._replace(feature=t.feature.astype(config.trace_dtypes[0]),
+                                         cut=t.cut.astype(config.trace_dtypes[1]))
+        out[f"{name}_leaf_values"] = state.leaf_values.astype(config.leaf_dtype)
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def bart(config: BARTConfig) -> SamplingAlgorithm:
     """BART as a :class:`SamplingAlgorithm` on :class:`BARTData` (for

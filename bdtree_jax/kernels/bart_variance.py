@@ -31,7 +31,7 @@ missing ``X`` work as in BART.  State :class:`VarianceState`
 Trace per sweep (:func:`trace`): ``sigma`` (root mean ``sigma2(x_i)`` over the training rows,
 ``y``'s units), ``sigma_sd`` (sd of ``log sigma(x_i)`` over the rows), ``train_rmse``,
 ``train_log_lik`` (normal with ``sigma(x_i)``, ``y``'s units), BART's tree summaries and trees of
-the mean forest, and ``variance_n_leaves``, ``variance_accepted``, ``variance_tree``,
+the mean forest, and ``variance_n_leaves``, ``variance_depth``, ``variance_accepted``, ``variance_tree``,
 ``variance_leaf_values`` (``log lambda``) of the variance forest.
 """
 
@@ -50,7 +50,6 @@ from ..data import TreeData
 from ..likelihoods import BARTLeafVarianceGamma, BARTLeafWeightedNormal
 from ..problem.bart import BARTData
 from ..problem.bart_variance import VarianceData
-from ..tree import tree_summaries
 from . import bart, bart_poisson
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
@@ -209,14 +208,8 @@ def trace(state: VarianceState, info: BARTInfo, config: VarianceConfig) -> dict:
     M = config.mean.n_trees
     out = bart.trace(state.mean, info._replace(accepted=info.accepted[:M]), config.mean)
     out["sigma_sd"] = info.fit_sd
-    t = state.variance.trees.tree
-    leaves, _ = tree_summaries(t.is_split)
-    out["variance_n_leaves"] = jnp.mean(leaves.astype(jnp.float32))
-    out["variance_accepted"] = jnp.mean(info.accepted[M:].astype(jnp.float32))
-    if config.mean.record_trees:
-        dtypes = config.mean.trace_dtypes
-        out["variance_tree"] = t._replace(feature=t.feature.astype(dtypes[0]), cut=t.cut.astype(dtypes[1]))
-        out["variance_leaf_values"] = state.variance.leaf_values.astype(config.mean.leaf_dtype)
+    # the variance forest's trees are recorded in the mean forest's dtypes (its record_trees)
+    out.update(bart.forest_trace("variance", state.variance, info.accepted[M:], config.mean))
     return out
 
 

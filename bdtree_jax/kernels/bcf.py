@@ -50,7 +50,6 @@ from .._types import Array, PRNGKey
 from ..likelihoods import BARTLeafWeightedNormal
 from ..problem.bart import BARTData
 from ..problem.bcf import BCFData
-from ..tree import tree_summaries
 from . import bart
 from .bart import BARTConfig, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
@@ -227,17 +226,8 @@ def trace(state: BCFState, info: BCFInfo, config: BCFConfig) -> dict:
     """The per-iteration record (module docstring)."""
     out = dict(sigma=info.sigma, train_rmse=info.train_rmse, train_log_lik=info.train_log_lik, ate=info.ate,
                att=info.att, b0=state.b[0], b1=state.b[1])
-    for name, forest, cfg, accepted in (("mu", state.mu, config.mu, info.mu_accepted),
-                                        ("tau", state.tau, config.tau, info.tau_accepted)):
-        t = forest.trees.tree
-        leaves, depth = tree_summaries(t.is_split)
-        out[f"{name}_n_leaves"] = jnp.mean(leaves.astype(jnp.float32))
-        out[f"{name}_depth"] = jnp.mean(depth.astype(jnp.float32))
-        out[f"{name}_accepted"] = jnp.mean(accepted.astype(jnp.float32))
-        if cfg.record_trees:
-            out[f"{name}_tree"] = t._replace(feature=t.feature.astype(cfg.trace_dtypes[0]),
-                                             cut=t.cut.astype(cfg.trace_dtypes[1]))
-            out[f"{name}_leaf_values"] = forest.leaf_values.astype(cfg.leaf_dtype)
+    out.update(bart.forest_trace("mu", state.mu, info.mu_accepted, config.mu))
+    out.update(bart.forest_trace("tau", state.tau, info.tau_accepted, config.tau))
     return out
 
 
