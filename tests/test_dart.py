@@ -317,14 +317,3 @@ def test_sparse_input_errors(kwargs, match):
     X, y = _friedman_frame(n=30)
     with pytest.raises(ValueError, match=match):
         bd.BARTRegressor(num_trees=2, num_warmup=1, num_samples=1, **kwargs).fit(X, y)
-
-
-def test_sparse_refuses_categorical_and_missing():
-    X, y = _friedman_frame(n=30)
-    Xc = X.assign(c0=pd.Categorical(np.where(X.c0 > 0.5, "a", "b")))
-    with pytest.raises(ValueError, match="categorical features or missing values"):
-        bd.BARTRegressor(num_trees=2, num_warmup=1, num_samples=1, sparse=True).fit(Xc, y)
-    Xm = X.copy()
-    Xm.iloc[0, 1] = np.nan
-    with pytest.raises(ValueError, match="categorical features or missing values"):
-        bd.BARTRegressor(num_trees=2, num_warmup=1, num_samples=1, sparse=True).fit(Xm, y)

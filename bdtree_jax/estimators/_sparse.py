@@ -29,17 +29,11 @@ class SparseMixin:
         return sparse_config(type(self).__name__, self.sparse, self.sparse_theta, self.sparse_a, self.sparse_b,
                              self.sparse_rho)
 
-    def _check_sparse_problem(self, general: bool) -> None:
+    def _check_sparse_problem(self) -> None:
         """Refuse what DART does not cover before anything compiles."""
-        if not getattr(self, "sparse", False):
-            return
-        name = type(self).__name__
-        if general:
-            raise ValueError(f"{name}: sparse=True does not support categorical features or missing values yet (the "
-                             "level-set rule prior has no feature weights); encode them as numbers or use "
-                             "sparse=False.")
-        if self.tree_sampler == "pg":
-            raise ValueError(f"{name}: sparse=True supports tree_sampler 'grow-prune' or 'cgm'; got 'pg'.")
+        if getattr(self, "sparse", False) and self.tree_sampler == "pg":
+            raise ValueError(f"{type(self).__name__}: sparse=True supports tree_sampler 'grow-prune' or 'cgm'; "
+                             "got 'pg'.")
 
     def _keep_sparse_traces(self, traces: dict, num_warmup: int) -> dict:
         """Pop the DART entries from ``traces`` (kept iterations on the estimator); returns the rest."""

@@ -65,8 +65,12 @@ sampler's whole-tree ratios read them).  ``s`` is kept as ``log s`` (F,) in the
 state (an array: a new ``s`` every sweep recompiles nothing); components below ``exp(-1e30)`` are
 clipped there (an event of negligible probability for any ``theta`` the hyperprior reaches).
 
-Categorical features and missing values (general rules), Particle Gibbs (``tree_sampler="pg"``),
-the pinball prior and box constraints are not covered: :func:`check_supported` raises.
+Categorical features and missing values (general rules, :mod:`bdtree_jax.priors.categorical`):
+a feature is available at a node when it has an ordered cut or, categorical, two levels there;
+the weight picks the feature, the rule within it (a cut, a level set, the missing-value bit) is
+drawn as without ``sparse``, so only the feature's factor ``s_f / S_A(s)`` depends on ``s`` and
+every step above holds as written.  Particle Gibbs (``tree_sampler="pg"``), the pinball prior and
+box constraints are not covered: :func:`check_supported` raises.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from .._types import Array, PRNGKey
+from ..priors.categorical import rule_available
 from ..priors.feature_weights import log_available_total
 from ..problem.bart import BARTData
 from . import bart
@@ -180,9 +185,6 @@ def sparse_config(where: str, sparse, theta, a, b, rho) -> DARTConfig | None:
 def check_supported(data: BARTData, config: bart.BARTConfig) -> None:
     """Raise a ValueError naming ``sparse`` for what DART does not cover (module docstring)."""
     td = data.tree_data
-    if config.general_rules or td.level_masks is not None or td.missing_code is not None:
-        raise ValueError("sparse=True does not support categorical features or missing values yet (the level-set "
-                         "rule prior has no feature weights); encode them as numbers or use sparse=False.")
     if config.tree_sampler == "pg":
         raise ValueError("sparse=True supports tree_sampler='grow-prune' or 'cgm'; got tree_sampler='pg'.")
     if not hasattr(td.split_prob, "shape") or td.box_side is not None:
@@ -258,7 +260,7 @@ def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
     k_scale, k_nodes, k_gamma, k_propose, k_accept = jax.random.split(key, 5)
     counts = split_counts(trees, n_features)
     concentration = state.theta / n_features + counts
-    available = trees.hi > trees.lo  # (M, N, F)
+    available = rule_available(trees.lo, trees.hi, trees.levels)  # (M, N, F): a cut, or >= 2 levels
     is_split = trees.tree.is_split
     log_total = log_available_total(available, state.log_s)  # (M, N) log sum_A s_k
     if not config.correct:  # the planted error of the tests: the plain Dirichlet draw

@@ -1,6 +1,8 @@
 """The rule prior with categorical features and missing-value bits (docs/categorical-missing.md).
 
-A node's rule is a feature drawn uniformly among the features with an available rule, then an
+A node's rule is a feature drawn uniformly among the features with an available rule (or, with
+:attr:`~bdtree_jax.data.TreeData.feature_log_weight` ``log s`` set, DART's weights ``s_f`` renormalised
+over them, :mod:`bdtree_jax.priors.feature_weights`), then an
 ordered feature's cut (the weights of :mod:`bdtree_jax.priors`), or one of the
 ``2**(k-1) - 1`` two-way partitions of a categorical feature's ``k >= 2`` available levels
 (uniformly; the left set never holds the smallest available level), then the missing-value bit
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 from .._types import Array
 from ..data import TreeData
 from ..tree import Rule, Tree, active_nodes, max_depth_of
+from .feature_weights import log_feature_prob, pick_feature
 from .node_sums import reduce_subtrees
 
 __all__ = [
@@ -135,7 +138,10 @@ def _rule_terms(lo, hi, levels, feature, cut, nan_left, levels_left, data: TreeD
         is_cat = categorical(data)[feature]
         term = jnp.where(is_cat, -_log_partitions(k), term)
         ok = jnp.where(is_cat, cat_ok, ok)
-    term = term - jnp.log(jnp.maximum(n_valid, 1).astype(jnp.float32))
+    if data.feature_log_weight is None:
+        term = term - jnp.log(jnp.maximum(n_valid, 1).astype(jnp.float32))
+    else:  # DART: s_f over the available features' total (-inf where f is not available: ok is False)
+        term = term + log_feature_prob(avail, data.feature_log_weight, feature)
     if nan_left is not None:
         term = term - jnp.log(2.0)
     return term, ok & (n_valid > 0)
@@ -166,13 +172,17 @@ def log_tree_prior_general(tree: Tree, lo: Array, hi: Array, levels: Array | Non
 def draw_rule_general(key, u_feature: Array, u_cut: Array, u_nan: Array, lo: Array, hi: Array,
                       levels: Array | None, data: TreeData, nan_bits: bool) -> Rule:
     """A rule from p_rule at a node with ``lo, hi`` (F,) and ``levels`` (F, W) (module docstring):
-    the feature and an ordered cut by inverse CDF of ``u_feature``, ``u_cut``; a categorical
+    the feature (uniform, or by DART's weights) and an ordered cut by inverse CDF of ``u_feature``, ``u_cut``; a categorical
     feature's left set uniform over the non-empty subsets of its available levels but the
     smallest (random words from ``key``, redrawn while empty); the bit ``u_nan < 1/2``."""
     from .tree_prior import draw_cut
 
-    counts = jnp.cumsum(rule_available(lo, hi, levels).astype(jnp.int32))
-    f = jnp.argmax(counts > jnp.floor(u_feature * counts[-1]).astype(jnp.int32)).astype(jnp.int32)
+    available = rule_available(lo, hi, levels)
+    if data.feature_log_weight is None:
+        counts = jnp.cumsum(available.astype(jnp.int32))
+        f = jnp.argmax(counts > jnp.floor(u_feature * counts[-1]).astype(jnp.int32)).astype(jnp.int32)
+    else:  # DART: by the weights among the available features
+        f = pick_feature(available, data.feature_log_weight, u_feature)
     cut = draw_cut(data.cut_cumwidth, f, lo[f], jnp.maximum(hi[f], lo[f] + 1), u_cut)
     cut = jnp.where(hi[f] > lo[f], cut, 0)
     mask = None
