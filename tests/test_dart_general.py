@@ -10,12 +10,14 @@ and missing-value bits) gives each tree's uniform-feature log prior and each spl
 ``A``; the weighted log prior swaps each node's ``-log |A|`` for ``log s_f - log S_A(s)``.  It sums
 to 1 over the table for every ``s`` (checked), so DART's joint prior is drawn exactly: ``s`` from
 its Dirichlet, each tree from the table.  Geweke's test of the sparse sweep against those draws,
-with two planted errors that fail it: the ``s`` step's availability read from the ordered cuts
-alone (a categorical feature never available: the step before it served general rules) and
-the plain ``Dirichlet(theta/p + c)`` draw."""
+with three planted errors that fail it, run in the same program (:func:`sbc.planted`): the ``s``
+step's availability read from the ordered cuts alone (a categorical feature never available: the
+step before it served general rules), the plain ``Dirichlet(theta/p + c)`` draw, and rules drawn
+with uniform features under a weighted density."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import jax
@@ -25,13 +27,12 @@ import pandas as pd
 import pytest
 
 import bdtree_jax as bd
-import helpers
 from bdtree_jax.kernels import bart, dart, smc
 from bdtree_jax.likelihoods import BARTLeafNormal
 from bdtree_jax.priors import TreePrior, categorical
 from bdtree_jax.priors.categorical import rule_available
 from bdtree_jax.tree import leaf_nodes, make_tree
-from sbc import MixedTreeTable
+from sbc import PLANT, MixedTreeTable, planted
 from test_categorical_cgm import CATEGORICAL, X, _kernel_data
 
 PRIOR = TreePrior(max_depth=2, alpha=0.95, beta=1.0, valid_cuts="data")
@@ -102,16 +103,39 @@ def _stats(state: dart.DARTState):
                       jnp.log(state.bart.sigma2)])
 
 
-def site_free_geweke(dart_config, sampler="grow-prune", seed=0):
-    """z-scores (:func:`helpers.geweke_z`, standard errors from the independent chains' means)
-    of the sparse sweep's successive-conditional chains against forward draws of the prior."""
+def sweep_geweke(dart_config, sampler="grow-prune", variants=1, seed=0):
+    """Per variant (:func:`sbc.planted`; variant 0 the library as it is) the z-scores and a report
+    of ``G_CHAINS`` chains of ``G_ITERS`` successive-conditional steps (``y ~ p(y | state)``, then
+    one sparse sweep) from exact joint-prior draws against ``G_PRIOR`` forward draws; standard
+    errors from the independent chains' means.  The variants run in one compiled program."""
     data, config, table = _problem(sampler)
-    model = SimpleNamespace(
-        prior_draw=lambda key, d, c: _prior_draw(key, d, c, table, dart_config),
-        geweke_step=lambda key, state, d, c: dart.geweke_step(key, state, d, c, dart_config))
-    z, sc, mc = helpers.geweke_z(model, data, config, _stats, G_CHAINS, G_ITERS, G_PRIOR, seed=seed, batches=1,
-                                 means=True)
-    return z, ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})" for n, v, a, b in zip(G_NAMES, z, sc, mc))
+
+    def chain(key, v):
+        k0, k1 = jax.random.split(key)
+        state = _prior_draw(k0, data, config, table, dart_config)
+
+        def body(carry, k):
+            PLANT.variant = v
+            try:
+                state, d, _ = dart.geweke_step(k, *carry, config, dart_config)
+            finally:
+                PLANT.variant = None
+            return (state, d), _stats(state)
+
+        return jax.lax.scan(body, (state, data), jax.random.split(k1, G_ITERS))[1]
+
+    k_chains, k_prior = jax.random.split(jax.random.key(seed))
+    variant = jnp.repeat(jnp.arange(variants, dtype=jnp.int32), G_CHAINS)
+    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, variants * G_CHAINS), variant), np.float64)
+    means = sc.mean(1).reshape(variants, G_CHAINS, -1)  # (V, chains, S)
+    prior = jax.jit(jax.vmap(lambda k: _stats(_prior_draw(k, data, config, table, dart_config))))
+    mc = np.asarray(prior(jax.random.split(k_prior, G_PRIOR)), np.float64)
+    out = []
+    for m in means:
+        z = (m.mean(0) - mc.mean(0)) / np.sqrt(m.var(0, ddof=1) / len(m) + mc.var(0, ddof=1) / len(mc))
+        out.append((z, ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})"
+                                 for n, v, a, b in zip(G_NAMES, z, m.mean(0), mc.mean(0)))))
+    return out
 
 
 def test_weighted_table_prior_is_the_librarys_and_sums_to_one():
@@ -149,35 +173,37 @@ def test_weighted_rule_draws_follow_their_density():
     assert abs(share - 0.1) < 0.01, share
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler,theta", [("grow-prune", 0.5), ("cgm", None)])
-def test_geweke_sparse_sweep_general_rules(sampler, theta):
-    """128 chains x 2,000 sparse sweeps (2 trees) from the exact joint prior vs 50,000 forward
-    draws: every |z| < 4."""
-    z, report = site_free_geweke(dart.DARTConfig(theta=theta), sampler)
-    print(sampler, theta, report)
+def test_geweke_sparse_sweep_general_rules_and_planted_errors(monkeypatch):
+    """128 chains x 2,000 sparse sweeps (grow-prune, theta = 0.5, 2 trees) from the exact joint
+    prior vs 50,000 forward draws: every |z| < 4 (observed <= 0.75).  In the same program three
+    planted errors, each on its own 128 chains, fail it (max |z| > 6): the ``s`` step's
+    availability read from the ordered cuts alone (observed z(s0) = -270), the plain
+    ``Dirichlet(theta/p + c)`` draw (z(s0) = +14.1, z(splits on x1) = -8.1), and the grow
+    proposals' rules drawn with uniform features (the draw before it served weights) while their
+    density is weighted (z(s0^2) = -23.1, z(splits on x1) = +10.1).  Under XLA's default flags: the
+    four variants' 512 chains take ~40 s, three quarters of it under the tests' cheap build."""
+    planted(monkeypatch, dart, "rule_available", lambda orig, lo, hi, levels: hi > lo, 1)
+    planted(monkeypatch, dart, "_s_step",
+            lambda orig, key, state, config: orig(key, state, dataclasses.replace(config, correct=False)), 2)
+    planted(monkeypatch, categorical, "pick_feature",
+            lambda orig, available, log_w, u: orig(available, jnp.zeros_like(log_w), u), 3)
+    (z, report), *errors = sweep_geweke(dart.DARTConfig(theta=0.5), variants=4)
+    print("correct", report)
     assert np.all(np.abs(z) < 4.0), report
+    for name, (z, report) in zip(["ordered cuts only", "no correction", "uniform rule draws"], errors):
+        print(name, report)
+        assert np.max(np.abs(z)) > 6.0, f"{name}: {report}"
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
-@pytest.mark.parametrize("planted", ["ordered cuts only", "no correction", "uniform rule draws"])
-def test_geweke_sparse_sweep_general_rules_planted_errors(planted, monkeypatch):
-    """The same test (grow-prune, theta = 0.5) fails with the ``s`` step's availability read from
-    the ordered cuts alone (observed z(s0) = -269), with the plain ``Dirichlet(theta/p + c)`` draw
-    (z(s0) = +18.7, z(splits on x1) = -11.5), or with the grow proposals' rules drawn with uniform
-    features (the draw before it served weights) while their density is weighted (z(s0^2) = -22.6,
-    z(splits on x1) = +10.5)."""
-    config = dart.DARTConfig(theta=0.5)
-    if planted == "ordered cuts only":
-        monkeypatch.setattr(dart, "rule_available", lambda lo, hi, levels: hi > lo)
-    elif planted == "uniform rule draws":
-        pick = categorical.pick_feature
-        monkeypatch.setattr(categorical, "pick_feature", lambda avail, log_w, u: pick(avail, jnp.zeros_like(log_w), u))
-    else:
-        config = dart.DARTConfig(theta=0.5, correct=False)
-    z, report = site_free_geweke(config)
-    print(planted, report)
-    assert np.max(np.abs(z)) > 6.0, report
+def test_geweke_sparse_sweep_general_rules_cgm_hyperprior():
+    """The same with CGM's four moves and theta's hyperprior: every |z| < 4 (observed <= 1.82)."""
+    (z, report), = sweep_geweke(dart.DARTConfig(), "cgm")
+    print(report)
+    assert np.all(np.abs(z) < 4.0), report
 
 
 def test_estimator_sparse_with_categorical_and_missing():
