@@ -211,6 +211,47 @@ def enumerated_leaves(X: np.ndarray, prior, grid) -> list[tuple[str, float, np.n
     return out
 
 
+def geweke_variants(prior_draw, geweke_step, stats, data, chains: int, iters: int, n_prior: int, variants: int = 1,
+                    seed: int = 0, names=None):
+    """Geweke's (2004) "getting it right" with planted errors in the same compiled program: per
+    variant (``sbc.planted``'s index, 0 the library as it is; ``sbc.PLANT.variant`` is set while
+    the step is traced) ``chains`` successive-conditional chains of ``iters`` steps
+    (``geweke_step(key, state, data) -> (state, data, info)``: ``y ~ p(y | state)``, then one
+    sweep) from ``prior_draw(key)`` against ``n_prior`` forward draws, the standard errors from
+    the independent chains' means (a statistic constant in both: z = 0).  Returns per variant
+    ``(z (S,), report)`` (``names`` (S,) label the report)."""
+    from sbc import PLANT
+
+    def chain(key, v):
+        k0, k1 = jax.random.split(key)
+        state = prior_draw(k0)
+
+        def body(carry, k):
+            PLANT.variant = v
+            try:
+                state, d, _ = geweke_step(k, *carry)
+            finally:
+                PLANT.variant = None
+            return (state, d), stats(state)
+
+        return jax.lax.scan(body, (state, data), jax.random.split(k1, iters))[1]
+
+    k_chains, k_prior = jax.random.split(jax.random.key(seed))
+    variant = jnp.repeat(jnp.arange(variants, dtype=jnp.int32), chains)
+    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, variants * chains), variant), np.float64)
+    means = sc.mean(1).reshape(variants, chains, -1)  # (V, chains, S)
+    mc = np.asarray(jax.jit(jax.vmap(lambda k: stats(prior_draw(k))))(jax.random.split(k_prior, n_prior)), np.float64)
+    out = []
+    for m in means:
+        with np.errstate(divide="ignore", invalid="ignore"):  # a constant statistic (a fixed theta): 0 / 0
+            z = (m.mean(0) - mc.mean(0)) / np.sqrt(m.var(0, ddof=1) / len(m) + mc.var(0, ddof=1) / len(mc))
+        z = np.where(np.isnan(z), 0.0, z)
+        labels = names if names is not None else [f"stat {i}" for i in range(len(z))]
+        out.append((z, ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})"
+                                 for n, v, a, b in zip(labels, z, m.mean(0), mc.mean(0)))))
+    return out
+
+
 def geweke_z(model, data, config, stats, chains: int, iters: int, n_prior: int, seed: int = 0,
              batches: int = 10, means: bool = False):
     """Geweke's (2004) "getting it right" z-scores of a BART-family kernel module ``model`` (its

@@ -27,12 +27,13 @@ import pandas as pd
 import pytest
 
 import bdtree_jax as bd
+import helpers
 from bdtree_jax.kernels import bart, dart, smc
 from bdtree_jax.likelihoods import BARTLeafNormal
 from bdtree_jax.priors import TreePrior, categorical
 from bdtree_jax.priors.categorical import rule_available
 from bdtree_jax.tree import leaf_nodes, make_tree
-from sbc import PLANT, MixedTreeTable, planted
+from sbc import MixedTreeTable, planted
 from test_categorical_cgm import CATEGORICAL, X, _kernel_data
 
 PRIOR = TreePrior(max_depth=2, alpha=0.95, beta=1.0, valid_cuts="data")
@@ -105,37 +106,12 @@ def _stats(state: dart.DARTState):
 
 def sweep_geweke(dart_config, sampler="grow-prune", variants=1, seed=0):
     """Per variant (:func:`sbc.planted`; variant 0 the library as it is) the z-scores and a report
-    of ``G_CHAINS`` chains of ``G_ITERS`` successive-conditional steps (``y ~ p(y | state)``, then
-    one sparse sweep) from exact joint-prior draws against ``G_PRIOR`` forward draws; standard
-    errors from the independent chains' means.  The variants run in one compiled program."""
+    of the sparse sweep's successive-conditional chains from exact joint-prior draws
+    (:func:`helpers.geweke_variants`)."""
     data, config, table = _problem(sampler)
-
-    def chain(key, v):
-        k0, k1 = jax.random.split(key)
-        state = _prior_draw(k0, data, config, table, dart_config)
-
-        def body(carry, k):
-            PLANT.variant = v
-            try:
-                state, d, _ = dart.geweke_step(k, *carry, config, dart_config)
-            finally:
-                PLANT.variant = None
-            return (state, d), _stats(state)
-
-        return jax.lax.scan(body, (state, data), jax.random.split(k1, G_ITERS))[1]
-
-    k_chains, k_prior = jax.random.split(jax.random.key(seed))
-    variant = jnp.repeat(jnp.arange(variants, dtype=jnp.int32), G_CHAINS)
-    sc = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(k_chains, variants * G_CHAINS), variant), np.float64)
-    means = sc.mean(1).reshape(variants, G_CHAINS, -1)  # (V, chains, S)
-    prior = jax.jit(jax.vmap(lambda k: _stats(_prior_draw(k, data, config, table, dart_config))))
-    mc = np.asarray(prior(jax.random.split(k_prior, G_PRIOR)), np.float64)
-    out = []
-    for m in means:
-        z = (m.mean(0) - mc.mean(0)) / np.sqrt(m.var(0, ddof=1) / len(m) + mc.var(0, ddof=1) / len(mc))
-        out.append((z, ", ".join(f"{n}: z={v:+.2f} ({a:.3f} vs {b:.3f})"
-                                 for n, v, a, b in zip(G_NAMES, z, m.mean(0), mc.mean(0)))))
-    return out
+    return helpers.geweke_variants(lambda key: _prior_draw(key, data, config, table, dart_config),
+                                   lambda key, state, d: dart.geweke_step(key, state, d, config, dart_config),
+                                   _stats, data, G_CHAINS, G_ITERS, G_PRIOR, variants, seed, G_NAMES)
 
 
 def test_weighted_table_prior_is_the_librarys_and_sums_to_one():

@@ -132,7 +132,7 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
         t0 = time.perf_counter()
         if dart_config is not None:
             fingerprint = tuple(fingerprint) + (dart_config,)
-        kernel = self._kernel(config) if dart_config is None else dart(config, dart_config)
+        kernel = self._kernel(config) if dart_config is None else self._sparse_kernel(config, dart_config)
         monotone = self._monotone(problem, config, dart_config is not None)
         if monotone is not None:
             kernel, fingerprint = self._monotone_kernel(config, monotone), tuple(fingerprint) + (monotone,)
@@ -162,6 +162,10 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
     def _kernel(self, config: BARTConfig):
         """The sampling algorithm of the run (:func:`~bdtree_jax.kernels.bart.bart`)."""
         return bart(config)
+
+    def _sparse_kernel(self, config: BARTConfig, dart_config):
+        """The sampling algorithm of a ``sparse=True`` run (:func:`~bdtree_jax.kernels.dart.dart`)."""
+        return dart(config, dart_config)
 
     def _run_data(self, problem: BARTProblem):
         """What the sampling algorithm reads (``problem.data``; survival BART adds the censoring)."""
@@ -345,6 +349,10 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
     def _kernel(self, config: BARTConfig):
         return _variance.variance_kernel(config, self.variance_trees) if self._heteroskedastic() else bart(config)
+
+    def _sparse_kernel(self, config: BARTConfig, dart_config):
+        """The sampling algorithm of a ``sparse=True`` run (:func:`~bdtree_jax.kernels.dart.dart`)."""
+        return dart(config, dart_config)
 
     def _run_data(self, problem: BARTProblem):
         return problem.variance_data() if self._heteroskedastic() else problem.data

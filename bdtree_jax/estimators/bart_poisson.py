@@ -8,7 +8,9 @@ from sklearn.base import RegressorMixin
 
 from .._renamed import accepts_renamed
 from ..kernels.bart import BARTConfig
+from ..kernels import bart_poisson as bart_poisson_kernel
 from ..kernels.bart_poisson import bart_poisson
+from ..kernels.dart import dart
 from ..posterior.bart_poisson import bart_poisson_posterior_from_traces
 from ..problem.bart import MAX_CUTS, BARTProblem
 from ..problem.bart_poisson import build_bart_poisson_problem
@@ -28,9 +30,10 @@ class BARTPoissonRegressor(RegressorMixin, _BARTEstimator):
     ----------
     num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta,
     num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, thin, leaf_dtype,
-    categorical_features, missing
+    categorical_features, missing, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho
         As :class:`~bdtree_jax.BARTRegressor` (every ``tree_sampler`` updates a tree with the
-        single-tree kernels; "grow-prune" proposes grow or prune).
+        single-tree kernels; "grow-prune" proposes grow or prune; ``sparse=True``: DART's prior on
+        the split variables, :func:`bdtree_jax.kernels.dart.dart` around this sweep).
     k : float, default 2.0
         ``log lambda`` has prior mean 0 and sd ``3 / (k sqrt(num_trees))`` (the sum of the trees
         has prior sd ``3 / k``): ``trigamma(a0) = (3 / (k sqrt(num_trees)))**2``, ``b0 = exp(digamma(a0))``.
@@ -40,7 +43,8 @@ class BARTPoissonRegressor(RegressorMixin, _BARTEstimator):
     Attributes
     ----------
     posterior_ : BARTPoissonPosterior
-    feature_importances_, n_features_in_, feature_names_in_
+    feature_importances_, variable_inclusion_, split_probs_, theta_, s_acceptance_, theta_acceptance_,
+    n_features_in_, feature_names_in_
         As :class:`~bdtree_jax.BARTRegressor`.
     """
 
@@ -68,6 +72,11 @@ class BARTPoissonRegressor(RegressorMixin, _BARTEstimator):
         leaf_dtype: str = "float32",
         categorical_features="from_dtype",
         missing: str = "mia",
+        sparse: bool = False,
+        sparse_theta: float | None = None,
+        sparse_a: float = 0.5,
+        sparse_b: float = 1.0,
+        sparse_rho: float | None = None,
     ):
         self._store(locals())
 
@@ -82,6 +91,9 @@ class BARTPoissonRegressor(RegressorMixin, _BARTEstimator):
 
     def _kernel(self, config: BARTConfig):
         return bart_poisson(config)
+
+    def _sparse_kernel(self, config: BARTConfig, dart_config):
+        return dart(config, dart_config, bart_poisson_kernel)
 
     def _posterior(self, traces, problem, config, num_warmup, info):
         return bart_poisson_posterior_from_traces(traces, problem, config, num_warmup, info)

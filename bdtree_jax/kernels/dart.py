@@ -289,9 +289,11 @@ def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
     return log_s, trees._replace(log_prior=trees.log_prior + d_prior), accepted
 
 
-def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig) -> DARTState:
-    """BART's stumps (:func:`~bdtree_jax.kernels.bart.init`) and :func:`init_sparsity`."""
-    return DARTState(bart.init(key, data, config), *init_sparsity(data.tree_data.bins.shape[1], dart_config))
+def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig,
+         base=bart) -> DARTState:
+    """The ``base`` kernel's first state (BART's stumps, :func:`~bdtree_jax.kernels.bart.init`)
+    and :func:`init_sparsity`."""
+    return DARTState(base.init(key, data, config), *init_sparsity(data.tree_data.bins.shape[1], dart_config))
 
 
 def init_sparsity(n_features: int, dart_config: DARTConfig) -> tuple[Array, Array]:
@@ -302,22 +304,24 @@ def init_sparsity(n_features: int, dart_config: DARTConfig) -> tuple[Array, Arra
     return jnp.full((n_features,), -np.log(n_features), jnp.float32), jnp.float32(theta)
 
 
-def draw(key: PRNGKey, config: bart.BARTConfig) -> DARTDraws:
-    """The randomness of one sweep (see :func:`bdtree_jax.kernels.bart.draw`)."""
+def draw(key: PRNGKey, config: bart.BARTConfig, base=bart) -> DARTDraws:
+    """The randomness of one sweep: the ``base`` kernel's (see :func:`bdtree_jax.kernels.bart.draw`)
+    and a key for ``s`` and ``theta``."""
     k_bart, k_s = jax.random.split(key)
-    return DARTDraws(bart.draw(k_bart, config), k_s)
+    return DARTDraws(base.draw(k_bart, config), k_s)
 
 
 def step(key: PRNGKey, state: DARTState, data: BARTData, config: bart.BARTConfig,
-         dart_config: DARTConfig) -> tuple[DARTState, DARTInfo]:
+         dart_config: DARTConfig, base=bart) -> tuple[DARTState, DARTInfo]:
     """One DART sweep (module docstring)."""
-    return step_with_draws(draw(key, config), state, data, config, dart_config)
+    return step_with_draws(draw(key, config, base), state, data, config, dart_config, base)
 
 
 def step_with_draws(draws: DARTDraws, state: DARTState, data: BARTData, config: bart.BARTConfig,
-                    dart_config: DARTConfig) -> tuple[DARTState, DARTInfo]:
-    """:func:`step` given its :func:`draw`."""
-    bart_state, bart_info = bart.step_with_draws(draws.bart, state.bart, weighted(data, state.log_s), config)
+                    dart_config: DARTConfig, base=bart) -> tuple[DARTState, DARTInfo]:
+    """:func:`step` given its :func:`draw`: the ``base`` kernel's sweep (BART's by default) on
+    ``data`` with the rule prior weighted by ``s``, then :func:`sparsity_step`."""
+    bart_state, bart_info = base.step_with_draws(draws.bart, state.bart, weighted(data, state.log_s), config)
     state, s_accepted, theta_accepted = sparsity_step(draws.key, state._replace(bart=bart_state), dart_config)
     return state, DARTInfo(bart_info, s_accepted, theta_accepted)
 
@@ -338,40 +342,48 @@ def sparsity_step(key: PRNGKey, state: DARTState, dart_config: DARTConfig) -> tu
     return DARTState(state.bart._replace(trees=trees), log_s, theta), s_accepted, theta_accepted
 
 
-def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig) -> dict:
-    """BART's record (:func:`~bdtree_jax.kernels.bart.trace`) with ``split_probs`` (F,) ``s``,
-    ``theta``, ``s_accepted`` and ``theta_accepted``."""
-    out = bart.trace(state.bart, info.bart, config)
+def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig, base=bart) -> dict:
+    """The ``base`` kernel's record (BART's, :func:`~bdtree_jax.kernels.bart.trace`) with
+    ``split_probs`` (F,) ``s``, ``theta``, ``s_accepted`` and ``theta_accepted``."""
+    out = base.trace(state.bart, info.bart, config)
     out.update(split_probs=jnp.exp(state.log_s), theta=state.theta, s_accepted=info.s_accepted.astype(jnp.float32),
                theta_accepted=info.theta_accepted)
     return out
 
 
 @functools.lru_cache(maxsize=64)
-def dart(config: bart.BARTConfig, dart_config: DARTConfig) -> SamplingAlgorithm:
-    """DART as a :class:`SamplingAlgorithm` on :class:`~bdtree_jax.problem.bart.BARTData`."""
+def dart(config: bart.BARTConfig, dart_config: DARTConfig, base=None) -> SamplingAlgorithm:
+    """DART as a :class:`SamplingAlgorithm` on :class:`~bdtree_jax.problem.bart.BARTData`, or,
+    with ``base``, the sparse version of another one-forest BART kernel module: one with
+    ``init``, ``step_with_draws``, ``trace`` and ``draw`` as :mod:`bdtree_jax.kernels.bart`'s,
+    a :class:`~bdtree_jax.kernels.bart.BARTState`, and data with a ``tree_data`` field whose
+    rule prior its sweep reads (log-linear BART for counts,
+    :mod:`bdtree_jax.kernels.bart_poisson`)."""
+    base = bart if base is None else base
 
     def init_fn(key, data):
         check_supported(data, config)
-        return init(key, data, config, dart_config)
+        return init(key, data, config, dart_config, base)
 
     def step_fn(draws, state, data):
-        return step_with_draws(draws, state, data, config, dart_config)
+        return step_with_draws(draws, state, data, config, dart_config, base)
 
     def trace_fn(state, info):
-        return trace(state, info, config)
+        return trace(state, info, config, base)
 
-    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config))
+    return SamplingAlgorithm(init_fn, step_fn, trace_fn, functools.partial(draw, config=config, base=base))
 
 
 # ----------------------------------------------------------------------------------------------
 # Simulation from the model (Geweke's test)
 
 
-def prior_draw(key: PRNGKey, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig) -> DARTState:
+def prior_draw(key: PRNGKey, data: BARTData, config: bart.BARTConfig, dart_config: DARTConfig,
+               base=bart) -> DARTState:
     """``theta`` from its prior (or fixed), ``s ~ Dirichlet(theta/p)``, then trees, leaves and
-    ``sigma2`` from BART's prior given ``s`` (:func:`~bdtree_jax.kernels.bart.prior_draw`; exact for
-    the joint prior of the module docstring where the truncation never binds)."""
+    ``sigma2`` from the ``base`` kernel's prior given ``s`` (BART's,
+    :func:`~bdtree_jax.kernels.bart.prior_draw`; exact for the joint prior of the module docstring
+    where the truncation never binds)."""
     n_features = data.tree_data.bins.shape[1]
     k_theta, k_s, k_bart = jax.random.split(key, 3)
     if dart_config.theta is None:
@@ -380,7 +392,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: bart.BARTConfig, dart_confi
     else:
         theta = jnp.float32(dart_config.theta)
     log_s = log_dirichlet_draw(k_s, jnp.full((n_features,), theta / n_features))
-    trees = bart.prior_draw(k_bart, weighted(data, log_s), config)
+    trees = base.prior_draw(k_bart, weighted(data, log_s), config)
     return DARTState(trees, log_s, jnp.asarray(theta, jnp.float32))
 
 
