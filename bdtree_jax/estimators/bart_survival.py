@@ -8,7 +8,9 @@ import hashlib
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from ..kernels import bart_survival
 from ..kernels.bart_survival import SurvivalData, survival_bart
+from ..kernels.dart import dart
 from ..posterior.bart import bart_posterior_from_traces
 from ..posterior.bart_survival import BARTSurvivalPosterior, concordance_index
 from ..problem.bart import MAX_CUTS, build_bart_problem
@@ -64,14 +66,16 @@ class BARTSurvival(_BARTEstimator):
     ----------
     num_trees, tree_sampler, num_warmup, num_samples, num_chains, seed, max_depth, alpha, beta, k,
     nu, q, num_particles, split_prior, max_cuts, valid_cuts, checkpoint, progress, data_shards,
-    thin, leaf_dtype, categorical_features, missing
+    thin, leaf_dtype, categorical_features, missing, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho
         As :class:`~bdtree_jax.BARTRegressor`, on the log times (the censored rows' log censoring
-        times stand in for their log times in the prior's calibration).
+        times stand in for their log times in the prior's calibration; ``sparse=True``: DART's
+        prior on the split variables, :func:`bdtree_jax.kernels.dart.dart` around this sweep).
 
     Attributes
     ----------
     posterior_ : BARTSurvivalPosterior
-    feature_importances_, n_features_in_, feature_names_in_
+    feature_importances_, variable_inclusion_, split_probs_, theta_, s_acceptance_, theta_acceptance_,
+    n_features_in_, feature_names_in_
         As :class:`~bdtree_jax.BARTRegressor`.
     """
 
@@ -101,6 +105,11 @@ class BARTSurvival(_BARTEstimator):
         leaf_dtype: str = "float32",
         categorical_features="from_dtype",
         missing: str = "mia",
+        sparse: bool = False,
+        sparse_theta: float | None = None,
+        sparse_a: float = 0.5,
+        sparse_b: float = 1.0,
+        sparse_rho: float | None = None,
     ):
         self._store(locals())
 
@@ -109,6 +118,9 @@ class BARTSurvival(_BARTEstimator):
 
     def _kernel(self, config):
         return survival_bart(config)
+
+    def _sparse_kernel(self, config, dart_config):
+        return dart(config, dart_config, bart_survival)
 
     def _run_data(self, problem):
         return SurvivalData(problem.data, np.asarray(self._event, bool))

@@ -40,10 +40,12 @@ from jax.scipy.special import log_ndtr, ndtri
 
 from .._types import Array, PRNGKey
 from . import bart
+from .bart import trace
 from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
 
-__all__ = ["SurvivalData", "init", "impute", "update_sigma2", "step", "survival_bart", "observed_log_lik", "simulate", "geweke_step"]
+__all__ = ["SurvivalData", "init", "impute", "update_sigma2", "step", "step_with_draws", "draw", "trace",
+           "survival_bart", "observed_log_lik", "prior_draw", "simulate", "geweke_step"]
 
 _LOG_2PI = 1.8378770664093453
 
@@ -96,9 +98,14 @@ def update_sigma2(uniforms: Array, fit: Array, sigma2: Array, data: SurvivalData
     return jnp.where(jnp.log(uniforms[1]) < log_ratio, jnp.exp(proposed), sigma2).astype(jnp.float32)
 
 
-def step(draws, state: bart.BARTState, data: SurvivalData, config: bart.BARTConfig):
-    """One sweep (module docstring) from its :func:`draw`: ``(state, BARTInfo)`` with
-    ``train_log_lik`` the observed-data log-likelihood after the sweep."""
+def step(key: PRNGKey, state: bart.BARTState, data: SurvivalData, config: bart.BARTConfig):
+    """One sweep (module docstring): ``(state, BARTInfo)`` with ``train_log_lik`` the
+    observed-data log-likelihood after the sweep."""
+    return step_with_draws(draw(key, config), state, data, config)
+
+
+def step_with_draws(draws, state: bart.BARTState, data: SurvivalData, config: bart.BARTConfig):
+    """:func:`step` given its :func:`draw`."""
     k_impute, sigma_uniforms, sweep_draws = draws
     if config.draws_sigma:
         state = state._replace(sigma2=update_sigma2(sigma_uniforms, state.fit, state.sigma2, data))
@@ -120,12 +127,17 @@ def survival_bart(config: bart.BARTConfig) -> SamplingAlgorithm:
     :func:`bdtree_jax.driver.run_chains`)."""
     if config.binary:
         raise ValueError("survival BART needs a continuous outcome configuration (outcome='continuous').")
-    return with_config(init, step, bart.trace, draw, config)
+    return with_config(init, step_with_draws, trace, draw, config)
 
 
 def init(key: PRNGKey | None, data: SurvivalData, config: bart.BARTConfig) -> bart.BARTState:
     """BART's initial state (:func:`bdtree_jax.kernels.bart.init`) on the survival data's inputs."""
     return bart.init(key, data.bart, config)
+
+
+def prior_draw(key: PRNGKey, data: SurvivalData, config: bart.BARTConfig) -> bart.BARTState:
+    """BART's prior draw (:func:`bdtree_jax.kernels.bart.prior_draw`) on the survival data's inputs."""
+    return bart.prior_draw(key, data.bart, config)
 
 
 def simulate(key: PRNGKey, state: bart.BARTState, bound: Array, data: SurvivalData) -> SurvivalData:
@@ -142,5 +154,5 @@ def geweke_step(key: PRNGKey, state: bart.BARTState, data: SurvivalData, bound: 
     the state (:func:`simulate`), then one sweep given them.  Its stationary law is the prior."""
     k_data, k_sweep = jax.random.split(key)
     data = simulate(k_data, state, bound, data)
-    state, info = step(draw(k_sweep, config), state, data, config)
+    state, info = step(k_sweep, state, data, config)
     return state, data, info

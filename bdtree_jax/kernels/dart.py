@@ -184,15 +184,24 @@ def sparse_config(where: str, sparse, theta, a, b, rho) -> DARTConfig | None:
 
 def check_supported(data: BARTData, config: bart.BARTConfig) -> None:
     """Raise a ValueError naming ``sparse`` for what DART does not cover (module docstring)."""
-    td = data.tree_data
+    td = _tree_data(data)
     if config.tree_sampler == "pg":
         raise ValueError("sparse=True supports tree_sampler='grow-prune' or 'cgm'; got tree_sampler='pg'.")
     if not hasattr(td.split_prob, "shape") or td.box_side is not None:
         raise ValueError("sparse=True needs CGM98's split probabilities without box constraints.")
 
 
+def _tree_data(data):
+    """The inputs' TreeData of a BART-family kernel's data: its ``tree_data``, or that of the
+    BARTData it wraps (``data.bart``: survival BART)."""
+    return data.tree_data if hasattr(data, "tree_data") else data.bart.tree_data
+
+
 def weighted(data: BARTData, log_s: Array) -> BARTData:
-    """``data`` with the trees' rule prior weighted by ``s`` (``log_s`` (F,))."""
+    """``data`` with the trees' rule prior weighted by ``s`` (``log_s`` (F,)); data that wrap a
+    BARTData (``data.bart``) get theirs weighted."""
+    if not hasattr(data, "tree_data"):
+        return data._replace(bart=weighted(data.bart, log_s))
     return data._replace(tree_data=data.tree_data._replace(feature_log_weight=log_s))
 
 
@@ -293,7 +302,7 @@ def init(key: PRNGKey | None, data: BARTData, config: bart.BARTConfig, dart_conf
          base=bart) -> DARTState:
     """The ``base`` kernel's first state (BART's stumps, :func:`~bdtree_jax.kernels.bart.init`)
     and :func:`init_sparsity`."""
-    return DARTState(base.init(key, data, config), *init_sparsity(data.tree_data.bins.shape[1], dart_config))
+    return DARTState(base.init(key, data, config), *init_sparsity(_tree_data(data).bins.shape[1], dart_config))
 
 
 def init_sparsity(n_features: int, dart_config: DARTConfig) -> tuple[Array, Array]:
@@ -357,8 +366,8 @@ def dart(config: bart.BARTConfig, dart_config: DARTConfig, base=None) -> Samplin
     with ``base``, the sparse version of another one-forest BART kernel module: one with
     ``init``, ``step_with_draws``, ``trace`` and ``draw`` as :mod:`bdtree_jax.kernels.bart`'s,
     a :class:`~bdtree_jax.kernels.bart.BARTState`, and data with a ``tree_data`` field whose
-    rule prior its sweep reads (log-linear BART for counts,
-    :mod:`bdtree_jax.kernels.bart_poisson`)."""
+    rule prior its sweep reads, or wrapping a BARTData (``data.bart``) (log-linear BART for counts,
+    :mod:`bdtree_jax.kernels.bart_poisson`; survival BART, :mod:`bdtree_jax.kernels.bart_survival`)."""
     base = bart if base is None else base
 
     def init_fn(key, data):
@@ -384,7 +393,7 @@ def prior_draw(key: PRNGKey, data: BARTData, config: bart.BARTConfig, dart_confi
     ``sigma2`` from the ``base`` kernel's prior given ``s`` (BART's,
     :func:`~bdtree_jax.kernels.bart.prior_draw`; exact for the joint prior of the module docstring
     where the truncation never binds)."""
-    n_features = data.tree_data.bins.shape[1]
+    n_features = _tree_data(data).bins.shape[1]
     k_theta, k_s, k_bart = jax.random.split(key, 3)
     if dart_config.theta is None:
         lam = jax.random.beta(k_theta, dart_config.a, dart_config.b)
