@@ -252,6 +252,19 @@ def geweke_variants(prior_draw, geweke_step, stats, data, chains: int, iters: in
     return out
 
 
+def check_geweke_variants(results, planted: tuple = (), bound: float = 4.0, planted_bound: float = 6.0) -> None:
+    """Assert on :func:`geweke_variants`' ``results``: the library's chains (variant 0) pass, every
+    ``|z| < bound``; each planted variant (named by ``planted``, in order) fails, some ``|z| >
+    planted_bound``.  Prints every report."""
+    (z, report), *errors = results
+    print("correct", report)
+    assert np.all(np.abs(z) < bound), report
+    assert len(errors) == len(planted)
+    for name, (z, report) in zip(planted, errors):
+        print(name, report)
+        assert np.max(np.abs(z)) > planted_bound, f"{name}: {report}"
+
+
 def geweke_z(model, data, config, stats, chains: int, iters: int, n_prior: int, seed: int = 0,
              batches: int = 10, means: bool = False):
     """Geweke's (2004) "getting it right" z-scores of a BART-family kernel module ``model`` (its
