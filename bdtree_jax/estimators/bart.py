@@ -350,10 +350,6 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     def _kernel(self, config: BARTConfig):
         return _variance.variance_kernel(config, self.variance_trees) if self._heteroskedastic() else bart(config)
 
-    def _sparse_kernel(self, config: BARTConfig, dart_config):
-        """The sampling algorithm of a ``sparse=True`` run (:func:`~bdtree_jax.kernels.dart.dart`)."""
-        return dart(config, dart_config)
-
     def _run_data(self, problem: BARTProblem):
         return problem.variance_data() if self._heteroskedastic() else problem.data
 

@@ -172,9 +172,9 @@ def log_tree_prior_general(tree: Tree, lo: Array, hi: Array, levels: Array | Non
 def draw_rule_general(key, u_feature: Array, u_cut: Array, u_nan: Array, lo: Array, hi: Array,
                       levels: Array | None, data: TreeData, nan_bits: bool) -> Rule:
     """A rule from p_rule at a node with ``lo, hi`` (F,) and ``levels`` (F, W) (module docstring):
-    the feature (uniform, or by DART's weights) and an ordered cut by inverse CDF of ``u_feature``, ``u_cut``; a categorical
-    feature's left set uniform over the non-empty subsets of its available levels but the
-    smallest (random words from ``key``, redrawn while empty); the bit ``u_nan < 1/2``."""
+    the feature (uniform, or by DART's weights) and an ordered cut by inverse CDF of ``u_feature``,
+    ``u_cut``; a categorical feature's left set uniform over the non-empty subsets of its available
+    levels but the smallest (random words from ``key``, redrawn while empty); the bit ``u_nan < 1/2``."""
     from .tree_prior import draw_cut
 
     available = rule_available(lo, hi, levels)
