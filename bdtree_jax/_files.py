@@ -45,6 +45,7 @@ import zipfile
 
 import jax
 import numpy as np
+from ._validate import check_one_of
 
 __all__ = ["BdtreeFileError", "FORMAT_VERSION", "PickleFileWarning", "TYPES", "file_kind", "max_read_bytes",
            "read_file", "write_file"]
@@ -264,8 +265,7 @@ def write_file(path, kind: str, obj) -> None:
     atomically (a temporary file in the same folder, flushed to disk, renamed over ``path``).
     A posterior's entries are deflated, a checkpoint's stored (written often, read once).
     A ``TypeError`` names anything in ``obj`` the format cannot store, before the file is touched."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}.")
+    check_one_of("kind", kind, KINDS)
     arrays = _Arrays()
     content = _encode(obj, arrays, type(obj).__name__)
     header = dict(format=FORMAT_NAME, format_version=arrays.version, library_version=_library_version(), kind=kind,

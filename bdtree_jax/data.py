@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import type_of_target
 from ._types import Array
 from .features import NonNumericInputError, read_table
 from .tree import MISSING_CODE
+from ._validate import check_one_of
 
 __all__ = [
     "TreeData",
@@ -346,8 +347,7 @@ def cut_cumwidth(split_prior: str, n_features: int, n_slots: int, widths: np.nda
     narrower than float32 resolves (about ``1e-7`` of the range) is widened to one unit in the
     last place, so every real cut keeps a positive probability.
     """
-    if split_prior not in SPLIT_PRIORS:
-        raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {split_prior!r}.")
+    check_one_of("split_prior", split_prior, SPLIT_PRIORS)
     if split_prior == "uniform":
         return np.broadcast_to(np.arange(n_slots + 2, dtype=np.float32), (n_features, n_slots + 2)).copy()
     if widths is None:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from ._validate import check_one_of
 
 __all__ = ["MAX_LEVELS", "MISSING", "SUPPORTS_CATEGORICAL", "Table", "read_table", "check_missing_option",
            "check_supported"]
@@ -51,8 +52,7 @@ class Table(NamedTuple):
 
 
 def check_missing_option(missing, where: str = "") -> None:
-    if not isinstance(missing, str) or missing not in MISSING:
-        raise ValueError(f"{where}missing must be one of {MISSING}; got {missing!r}.")
+    check_one_of(f"{where}missing", missing, MISSING)
 
 
 def read_table(X, *, categorical_features="from_dtype", missing="mia", levels=None, feature_names=None,

@@ -25,6 +25,7 @@ from .soft import (
     topology_split_prob,
 )
 from .tree import Tree, active_nodes, n_nodes
+from ._validate import check_one_of
 
 __all__ = ["KINDS", "TreeTopology", "soft_tree", "classification_model", "regression_model"]
 
@@ -79,8 +80,7 @@ class TreeTopology(dist.Distribution):
 
 
 def _soft_tree(name, X, *, max_depth, h, kind, alpha, beta):
-    if kind not in KINDS:
-        raise ValueError(f"soft_tree: kind must be one of {KINDS}; got {kind!r}.")
+    check_one_of("soft_tree: kind", kind, KINDS)
     X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"soft_tree: X must be 2-D (n_samples, n_features); got shape {X.shape}.")

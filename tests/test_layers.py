@@ -31,7 +31,8 @@ import bdtree_jax
 #: Layer of every module: a module belongs to the first entry that is its name or a package
 #: above it (``bdtree_jax.kernels`` covers ``bdtree_jax.kernels.cgm``).
 LAYERS = {
-    "base": ("bdtree_jax._types", "bdtree_jax._devices", "bdtree_jax._files", "bdtree_jax._renamed", "bdtree_jax._gamma"),
+    "base": ("bdtree_jax._types", "bdtree_jax._devices", "bdtree_jax._files", "bdtree_jax._renamed", "bdtree_jax._gamma",
+             "bdtree_jax._validate"),
     "tree": ("bdtree_jax.tree", "bdtree_jax.soft", "bdtree_jax.plots"),
     "data": ("bdtree_jax.data", "bdtree_jax.features", "bdtree_jax.datasets"),
     "model": ("bdtree_jax.priors", "bdtree_jax.likelihoods", "bdtree_jax.problem", "bdtree_jax.exact",

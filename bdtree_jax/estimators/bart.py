@@ -32,12 +32,9 @@ from . import bart_variance as _variance
 from ._checks import _FeatureChecks
 from ._monotone import MonotoneMixin
 from ._sparse import SparseMixin
+from .._validate import check_one_of, is_int
 
 __all__ = ["BARTClassifier", "BARTRegressor"]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
@@ -64,7 +61,7 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
                 ("num_particles", 1), ("data_shards", 1), ("thin", 1))
         for attr, low in ints:
             v = getattr(self, attr)
-            if not _is_int(v) or v < low:
+            if not is_int(v) or v < low:
                 raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
         try:
             check_seed(self.seed)
@@ -73,15 +70,11 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
             raise ValueError(f"{name}: {e}") from None
         if self.max_depth > MAX_DEPTH:
             raise ValueError(f"{name}: max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
-        if self.leaf_dtype not in LEAF_DTYPES:
-            raise ValueError(f"{name}: leaf_dtype must be one of {LEAF_DTYPES}; got {self.leaf_dtype!r}.")
-        if self.tree_sampler not in TREE_SAMPLERS:
-            raise ValueError(f"{name}: tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
-        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
-            raise ValueError(f"{name}: split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
+        check_one_of(f"{name}: leaf_dtype", self.leaf_dtype, LEAF_DTYPES)
+        check_one_of(f"{name}: tree_sampler", self.tree_sampler, TREE_SAMPLERS)
+        check_one_of(f"{name}: split_prior", self.split_prior, SPLIT_PRIORS)
         check_max_cuts(self.max_cuts, where=f"{name}: ")
-        if not isinstance(self.valid_cuts, str) or self.valid_cuts not in VALID_CUTS:
-            raise ValueError(f"{name}: valid_cuts must be one of {VALID_CUTS}; got {self.valid_cuts!r}.")
+        check_one_of(f"{name}: valid_cuts", self.valid_cuts, VALID_CUTS)
 
         def real(attr, ok, what):
             v = getattr(self, attr)
@@ -330,7 +323,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     def _check_params(self) -> None:
         super()._check_params()
         v = getattr(self, "variance_trees", 0)  # an estimator pickled before the parameter existed: 0
-        if not _is_int(v) or v < 0:
+        if not is_int(v) or v < 0:
             raise ValueError(f"{type(self).__name__}: variance_trees must be an integer >= 0; got {v!r}.")
 
     def _heteroskedastic(self) -> bool:

@@ -18,16 +18,13 @@ from ..kernels import cgm
 from ..kernels.bart import MAX_DEPTH, TREE_SAMPLERS, BARTConfig
 from ..kernels.bcf import BCFConfig, bcf
 from ..methods.base import check_seed
-from ..posterior.bcf import BCFPosterior, EffectSummary, bcf_posterior_from_traces
+from ..posterior.bcf import EffectSummary, bcf_posterior_from_traces
 from ..problem.bart import MAX_CUTS
 from ..problem.bcf import BCFProblem, build_bcf_problem
 from ._checks import _FeatureChecks
+from .._validate import check_one_of, is_int
 
 __all__ = ["BCFClassifier", "BCFRegressor"]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 class BCFRegressor(_FeatureChecks, BaseEstimator):
@@ -97,7 +94,7 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
         for attr, low in (("num_trees_mu", 1), ("num_trees_tau", 1), ("num_warmup", 0), ("num_samples", 1),
                           ("num_chains", 1), ("max_depth", 1), ("num_particles", 1), ("propensity_trees", 1)):
             v = getattr(self, attr)
-            if not _is_int(v) or v < low:
+            if not is_int(v) or v < low:
                 raise ValueError(f"{name}: {attr} must be an integer >= {low}; got {v!r}.")
         if self.max_depth > MAX_DEPTH:
             raise ValueError(f"{name}: max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
@@ -108,8 +105,7 @@ class BCFRegressor(_FeatureChecks, BaseEstimator):
         for attr, allowed in (("tree_sampler", TREE_SAMPLERS), ("split_prior", SPLIT_PRIORS),
                               ("valid_cuts", VALID_CUTS)):
             v = getattr(self, attr)
-            if not isinstance(v, str) or v not in allowed:
-                raise ValueError(f"{name}: {attr} must be one of {allowed}; got {v!r}.")
+            check_one_of(f"{name}: {attr}", v, allowed)
         check_max_cuts(self.max_cuts, where=f"{name}: ")
         if not isinstance(self.adaptive_coding, (bool, np.bool_)):
             raise ValueError(f"{name}: adaptive_coding must be True or False; got {self.adaptive_coding!r}.")

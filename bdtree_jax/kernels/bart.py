@@ -93,6 +93,7 @@ from .bart_grow_prune import (COUNT_BATCH, COUNT_ELEMENTS, bins_by_feature, chil
 from ._moves import CGMState, score
 from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
+from .._validate import check_one_of, is_int
 
 __all__ = [
     "TREE_SAMPLERS", "OUTCOMES", "LEAF_DTYPES", "MAX_DEPTH", "COUNT_BATCH", "COUNT_ELEMENTS", "BARTConfig", "BARTData", "BARTState", "BARTInfo", "SweepDraws",
@@ -148,17 +149,14 @@ class BARTConfig:
     general_rules: bool = False
 
     def __post_init__(self):
-        if self.leaf_dtype not in LEAF_DTYPES:
-            raise ValueError(f"leaf_dtype must be one of {LEAF_DTYPES}; got {self.leaf_dtype!r}.")
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}; got {self.outcome!r}.")
-        if self.tree_sampler not in TREE_SAMPLERS:
-            raise ValueError(f"tree_sampler must be one of {TREE_SAMPLERS}; got {self.tree_sampler!r}.")
-        if not _is_int(self.n_trees) or self.n_trees < 1:
+        check_one_of("leaf_dtype", self.leaf_dtype, LEAF_DTYPES)
+        check_one_of("outcome", self.outcome, OUTCOMES)
+        check_one_of("tree_sampler", self.tree_sampler, TREE_SAMPLERS)
+        if not is_int(self.n_trees) or self.n_trees < 1:
             raise ValueError(f"n_trees must be an integer >= 1; got {self.n_trees!r}.")
-        if not _is_int(self.max_depth) or not 1 <= self.max_depth <= MAX_DEPTH:
+        if not is_int(self.max_depth) or not 1 <= self.max_depth <= MAX_DEPTH:
             raise ValueError(f"max_depth must be an integer in [1, {MAX_DEPTH}]; got {self.max_depth!r}.")
-        if not _is_int(self.num_particles) or self.num_particles < 1:
+        if not is_int(self.num_particles) or self.num_particles < 1:
             raise ValueError(f"num_particles must be an integer >= 1; got {self.num_particles!r}.")
 
     @property
@@ -213,10 +211,6 @@ class BARTInfo(NamedTuple):
     train_accuracy: Array
     fit_mean: Array
     fit_sd: Array
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _leaf_model(data: BARTData, sigma2: Array) -> BARTLeafNormal:

@@ -54,6 +54,7 @@ from . import bart
 from .bart import BARTConfig, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
 from .probit import draw_latents
+from .._validate import check_one_of
 
 __all__ = ["BCFConfig", "BCFData", "BCFDraws", "BCFInfo", "BCFState", "bcf", "draw", "geweke_step", "init",
            "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
@@ -76,8 +77,7 @@ class BCFConfig:
     def __post_init__(self):
         if self.mu.binary or self.tau.binary:
             raise ValueError("BCFConfig: both forests take outcome='continuous' (BCFConfig.outcome says the model's).")
-        if self.outcome not in bart.OUTCOMES:
-            raise ValueError(f"BCFConfig: outcome must be one of {bart.OUTCOMES}; got {self.outcome!r}.")
+        check_one_of("BCFConfig: outcome", self.outcome, bart.OUTCOMES)
 
     @property
     def binary(self) -> bool:

@@ -64,6 +64,7 @@ from .rjhmc_jump import Point, accept, propose_jump, propose_move
 from .rjhmc_legs import hmc_leg, initial_adaptation
 from .rjhmc_model import constrained, has_feature, layout, log_terms, potential_fn, prototype, refresh_padding
 from .rjhmc_moves import TopologyProposal, feature_sweep, propose_topology
+from .._validate import check_one_of
 
 __all__ = ["RJHMCConfig", "RJHMCState", "init", "step", "trace", "rjhmc", "TopologyProposal", "propose_topology",
            "feature_sweep"]
@@ -130,14 +131,10 @@ class RJHMCConfig:
         where = "RJHMCConfig: "
         if self.task not in ("classification", "regression"):
             raise ValueError(f"{where}task must be 'classification' or 'regression'; got {self.task!r}.")
-        if self.kind not in soft_models.KINDS:
-            raise ValueError(f"{where}kind must be one of {soft_models.KINDS}; got {self.kind!r}.")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"{where}schedule must be one of {SCHEDULES}; got {self.schedule!r}.")
-        if self.leaf_proposal not in LEAF_PROPOSALS:
-            raise ValueError(f"{where}leaf_proposal must be one of {LEAF_PROPOSALS}; got {self.leaf_proposal!r}.")
-        if self.split_proposal not in SPLIT_PROPOSALS:
-            raise ValueError(f"{where}split_proposal must be one of {SPLIT_PROPOSALS}; got {self.split_proposal!r}.")
+        check_one_of(f"{where}kind", self.kind, soft_models.KINDS)
+        check_one_of(f"{where}schedule", self.schedule, SCHEDULES)
+        check_one_of(f"{where}leaf_proposal", self.leaf_proposal, LEAF_PROPOSALS)
+        check_one_of(f"{where}split_proposal", self.split_proposal, SPLIT_PROPOSALS)
         if not isinstance(self.max_depth, (int, np.integer)) or not 1 <= self.max_depth <= 10:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):

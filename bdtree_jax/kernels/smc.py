@@ -90,6 +90,7 @@ from ..priors.categorical import (
 from ..tree import Rule, Tree, grow, leaf_nodes, n_nodes, rule_at
 from . import cgm
 from ._moves import draw_rule, propose_grow, score
+from .._validate import check_one_of
 
 __all__ = [
     "SMC_PROPOSALS", "RESAMPLING", "MAX_POSTERIOR_LEVELS", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run",
@@ -150,10 +151,8 @@ def check_options(num_particles, proposal, ess_threshold, resampling, where: str
     if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float, np.floating, np.integer)) \
             or not 0.0 <= float(ess_threshold) <= 1.0:
         raise ValueError(f"{where}ess_threshold must be a number in [0, 1]; got {ess_threshold!r}.")
-    if resampling not in RESAMPLING:
-        raise ValueError(f"{where}resampling must be one of {RESAMPLING}; got {resampling!r}.")
-    if grow not in GROW:
-        raise ValueError(f"{where}grow must be one of {GROW}; got {grow!r}.")
+    check_one_of(f"{where}resampling", resampling, RESAMPLING)
+    check_one_of(f"{where}grow", grow, GROW)
     if not isinstance(n_islands, (int, np.integer)) or isinstance(n_islands, bool) or n_islands < 1 \
             or num_particles % n_islands:
         raise ValueError(f"{where}n_islands must be an integer >= 1 dividing num_particles={num_particles}; "

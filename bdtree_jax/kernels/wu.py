@@ -146,6 +146,7 @@ from ._moves import with_scores
 from .base import SamplingAlgorithm
 from .fibre_gibbs import MAX_GROUPS, gibbs_propose, group_bins
 from .wu_groups import BIG, GroupCodes, components, draw_levels, group_codes
+from .._validate import check_one_of
 
 __all__ = [
     "RestructureConfig", "RestructureInfo", "WUConfig", "WUInfo", "WEIGHTS", "RESTRUCTURES", "MAX_GROUPS",
@@ -188,11 +189,9 @@ class RestructureConfig:
     gibbs_control: str = ""
 
     def __post_init__(self):
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"weights must be one of {WEIGHTS}; got {self.weights!r}.")
+        check_one_of("weights", self.weights, WEIGHTS)
         check_restructure(self.kind, self.max_groups, self.max_depth)
-        if self.gibbs_control not in _GIBBS_CONTROLS:
-            raise ValueError(f"gibbs_control must be one of {_GIBBS_CONTROLS}; got {self.gibbs_control!r}.")
+        check_one_of("gibbs_control", self.gibbs_control, _GIBBS_CONTROLS)
 
     @property
     def gibbs_only(self) -> bool:
@@ -202,8 +201,7 @@ class RestructureConfig:
 
 def check_restructure(kind, max_groups, max_depth, where=""):
     """The ``restructure`` / ``max_groups`` options (clear ``ValueError`` s)."""
-    if not isinstance(kind, str) or kind not in RESTRUCTURES:
-        raise ValueError(f"{where}restructure must be one of {RESTRUCTURES}; got {kind!r}.")
+    check_one_of(f"{where}restructure", kind, RESTRUCTURES)
     if (not isinstance(max_groups, (int, np.integer)) or isinstance(max_groups, bool)
             or not 2 <= max_groups <= MAX_GROUPS):
         raise ValueError(f"{where}max_groups must be an integer in [2, {MAX_GROUPS}]; got {max_groups!r}.")

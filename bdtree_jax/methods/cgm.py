@@ -19,6 +19,7 @@ from ..priors.boxes import violates_boxes_general
 from ..priors.categorical import check_general_rules, general_rules
 
 from .base import Kernel, MCMCMethod, with_tempering
+from .._validate import check_one_of
 
 __all__ = ["CGM", "CGM_MOVE_PROBS", "PROPOSALS", "PINBALL_PROPOSALS"]
 
@@ -95,8 +96,7 @@ class CGM(MCMCMethod):
     structures: ClassVar[tuple] = ("cgm", "pinball")
 
     def __post_init__(self):
-        if self.proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}; got {self.proposal!r}.")
+        check_one_of("proposal", self.proposal, PROPOSALS)
         cgm_kernel.CGMConfig(1, 1, self.move_probs)  # validates move_probs
         object.__setattr__(self, "move_probs", tuple(self.move_probs))
         if self.initial_tree is None:

@@ -13,6 +13,7 @@ from ..kernels import tempering as tempering_kernel
 from ..kernels.rjhmc import RJHMCConfig, is_number, rjhmc
 from ..soft import minmax_scaler
 from .base import Kernel, MCMCMethod
+from .._validate import check_one_of
 
 __all__ = ["RJHMC", "KINDS"]
 
@@ -99,8 +100,7 @@ class RJHMC(MCMCMethod):
     own_prior: ClassVar[bool] = True
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}; got {self.kind!r}.")
+        check_one_of("kind", self.kind, KINDS)
         for name in ("move_probs", "warmup_move_probs"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))

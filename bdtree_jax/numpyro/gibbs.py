@@ -67,6 +67,7 @@ from ..kernels import cgm, dart, tree_mh
 from ..kernels._moves import mh_log_ratio
 from ..kernels.probit import draw_latents
 from .sites import HardTreePrior, TreeSiteSpec, encode_trees
+from .._validate import check_one_of
 
 __all__ = ["KINDS", "TreeGibbs", "TreeGibbsState"]
 
@@ -136,8 +137,7 @@ class TreeGibbs(MCMCKernel):
                              "e.g. TreeGibbs(NUTS(model)).")
         kinds = {} if kinds is None else dict(kinds)
         for name, kind in kinds.items():
-            if kind not in KINDS:
-                raise ValueError(f"TreeGibbs: kinds[{name!r}] must be one of {KINDS}; got {kind!r}.")
+            check_one_of(f"TreeGibbs: kinds[{name!r}]", kind, KINDS)
         self._model = inner_kernel.model
         self._inner_template = inner_kernel
         self._kinds = kinds

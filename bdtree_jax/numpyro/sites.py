@@ -49,6 +49,7 @@ from ..kernels import dart as dart_kernel
 from ..priors import TreePrior
 from ..problem.bart import MAX_CUTS, BARTProblem, build_tree_site_problem
 from ..tree import Tree, leaf_nodes, n_nodes, tree_summaries
+from .._validate import is_int
 
 __all__ = ["LAYOUT", "TreeSiteSpec", "SiteGrid", "HardTreePrior", "bart", "cart", "encode_trees", "decode_features",
            "decode_trees", "ensemble_values", "leaf_indicators", "posterior_samples", "threshold_keys",
@@ -376,10 +377,6 @@ def posterior_samples(mcmc, group_by_chain: bool = False) -> dict:
     return {**samples, **trees}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
 def _concrete_inputs(X, where: str) -> np.ndarray:
     if isinstance(X, jax.core.Tracer):
         raise ValueError(f"{where}: X must be a concrete array (the site bins it on the host); it is traced. Pass it "
@@ -469,7 +466,7 @@ def bart(name: str, X, *, num_trees: int = 200, y=None, offset: float | None = N
     """
     where = f"bart({name!r})"
     dart = dart_kernel.sparse_config(where, sparse, sparse_theta, sparse_a, sparse_b, sparse_rho)
-    if not _is_int(num_trees) or num_trees < 1:
+    if not is_int(num_trees) or num_trees < 1:
         raise ValueError(f"{where}: num_trees must be an integer >= 1; got {num_trees!r}.")
     k = _number(k, "k", where, positive=True)
     if y is not None:

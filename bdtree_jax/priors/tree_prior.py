@@ -22,6 +22,7 @@ from .pinball import (
     PinballTables, check_cgm_structure, log_pinball_structure, pinball_log_shape_parts, pinball_log_size, split_mask,
 )
 from .valid_cuts import ancestor_level_bounds, level_bounds
+from .._validate import check_one_of
 
 __all__ = [
     "STRUCTURES", "TreePrior", "split_probability", "pinball_tables", "log_rule_prob", "log_cut_probs", "draw_cut",
@@ -88,12 +89,9 @@ class TreePrior:
         if isinstance(self.min_leaf_size, bool) or not isinstance(self.min_leaf_size, (int, np.integer)) or \
                 self.min_leaf_size < 1:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
-        if not isinstance(self.split_prior, str) or self.split_prior not in SPLIT_PRIORS:
-            raise ValueError(f"split_prior must be one of {SPLIT_PRIORS}; got {self.split_prior!r}.")
-        if not isinstance(self.valid_cuts, str) or self.valid_cuts not in VALID_CUTS:
-            raise ValueError(f"valid_cuts must be one of {VALID_CUTS}; got {self.valid_cuts!r}.")
-        if not isinstance(self.structure, str) or self.structure not in STRUCTURES:
-            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
+        check_one_of("split_prior", self.split_prior, SPLIT_PRIORS)
+        check_one_of("valid_cuts", self.valid_cuts, VALID_CUTS)
+        check_one_of("structure", self.structure, STRUCTURES)
         for name in ("pinball_rate", "pinball_balance"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (

@@ -18,6 +18,7 @@ from ..data import SplitGrid, TreeData, check_classification_y, check_regression
 from ..likelihoods import DirichletMultinomial, NormalMeanShift, default_normal_hyperparameters
 from ..priors import TreePrior, box_sides, make_tree_data
 from ..priors.boxes import box_level_masks
+from .._validate import check_one_of
 
 __all__ = ["TASKS", "LIKELIHOOD_OPTIONS", "TreeProblem", "build_problem"]
 
@@ -125,8 +126,7 @@ def build_problem(X, y, *, task: str = "classification", prior: TreePrior | None
     ValueError
         Bad inputs or options, named, before anything is compiled.
     """
-    if task not in TASKS:
-        raise ValueError(f"{where}task must be one of {TASKS}; got {task!r}.")
+    check_one_of(f"{where}task", task, TASKS)
     prior = TreePrior() if prior is None else prior
     if not isinstance(prior, TreePrior):
         raise ValueError(f"{where}prior must be a TreePrior or None; got {prior!r}.")
