@@ -445,9 +445,10 @@ def run_chains(
         jax.tree.map(lambda dst, src: dst.__setitem__((slice(None), slice(at, at + src.shape[1])), src), traces, block)
 
     saved = _read_checkpoint(checkpoint, ident)
-    _report_resume(checkpoint, saved, num_iterations, "iteration", num_chains)
     if saved is None and resume is not None:
-        saved = resume
+        saved = resume  # a round of run_until going on: the file there is its previous round's
+    else:
+        _report_resume(checkpoint, saved, num_iterations, "iteration", num_chains)
     if saved is not None:
         start = saved["start"]
         at = 0

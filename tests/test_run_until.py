@@ -79,9 +79,11 @@ def test_estimator_takes_run_until(iris):
     _assert_same(clf.posterior_.trees, bd.sample(X, y, **KW, thin=2).trees)
 
 
-def test_interrupted_run_until_resumes_its_round(iris, tmp_path, monkeypatch):
+def test_interrupted_run_until_resumes_its_round(iris, tmp_path, monkeypatch, caplog):
     """Interrupted in its third round, the run resumes there from the checkpoint (no round is run
-    again) and ends as the uninterrupted run."""
+    again) and ends as the uninterrupted run.  A round going on over its previous round's file
+    logs nothing (that file is the run's own, not "another run's")."""
+    caplog.set_level("INFO", logger="bdtree_jax.driver")
     X, y = iris
     kw = dict(KW, block_size=8, run_until=bd.Converged(ess=1e9, max_iterations=80))
     full = bd.sample(X, y, **kw)
@@ -97,6 +99,7 @@ def test_interrupted_run_until_resumes_its_round(iris, tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "_write_checkpoint", interrupt)
     with pytest.raises(KeyboardInterrupt):
         bd.sample(X, y, **kw, checkpoint=path)
+    assert not [r for r in caplog.records if "another run" in r.getMessage()]
     written = calls["n"]
     monkeypatch.setattr(driver, "_write_checkpoint", original)
     calls["n"] = 0
@@ -106,7 +109,11 @@ def test_interrupted_run_until_resumes_its_round(iris, tmp_path, monkeypatch):
         calls["n"] += 1
 
     monkeypatch.setattr(driver, "_write_checkpoint", count)
+    caplog.clear()
     resumed = bd.sample(X, y, **kw, checkpoint=path)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("resuming from checkpoint" in m for m in messages), messages
+    assert not any("another run" in m for m in messages), messages
     _assert_same_posterior(resumed, full)
     assert resumed.info["run_until"]["rounds"] == 3
     assert written + calls["n"] < 2 * written  # the resumed run did not start over
