@@ -514,6 +514,8 @@ def run_config(config: dict, *, progress: bool | None = None, fresh: bool = Fals
             metrics["test_mse_exact_predictive"] = float(((exact_pred[:, 0] - y_true) ** 2).mean())
             metrics["test_mse_map_tree"] = float(((best[:, 0] - y_true) ** 2).mean())
     metrics["convergence"] = dict(convergence, warned=advice is not None)
+    if "run_until" in post.info:  # {converged, rounds, thin, iterations, missed}
+        metrics["run_until"] = post.info["run_until"]
     metrics["acceptance_rate"] = post.acceptance_rate()
     # the RJHMC paper counts accepted iterations over the whole chain, warm-up included
     metrics["acceptance_rate_all_iterations"] = float(

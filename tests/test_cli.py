@@ -16,7 +16,8 @@ CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 #: a short quickstart run (both quickstart tests: one compiled block program)
-QUICK = ["--set", "num_warmup=100", "--set", "num_samples=200", "--set", "num_chains=2", "--set", "max_depth=3"]
+QUICK = ["--set", "num_warmup=100", "--set", "num_samples=200", "--set", "num_chains=2", "--set", "max_depth=3",
+         "--set", "run_until=null"]
 
 
 def test_run_config_writes_metrics_and_arviz(tmp_path, capsys):
@@ -78,7 +79,7 @@ def test_convergence_warning_is_one_line_of_set_options(tmp_path, monkeypatch, c
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)  # pyproject ignores it in the tests
         assert main(["run", "quickstart", "--set", "num_warmup=50", "--set", "num_samples=20",
-                     "--set", "num_chains=2"]) == 0
+                     "--set", "num_chains=2", "--set", "run_until=null"]) == 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("bdtree: warning: the chains (2 x 20 draws) may not have "
                                                     "converged: "), err
@@ -89,6 +90,20 @@ def test_convergence_warning_is_one_line_of_set_options(tmp_path, monkeypatch, c
     assert "bd." not in err and "warnings." not in err and ".py" not in err and "Warning:" not in err
     convergence = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())["convergence"]
     assert convergence["warned"] is True and convergence["log_lik"]["ess_bulk"] < 400
+
+
+def test_run_until_rounds_go_to_metrics_json(tmp_path, monkeypatch, capsys):
+    """The bundled quickstart samples until converged (its ``run_until``); metrics.json reports the
+    rounds, and the rounds going on over their own checkpoint print nothing on stderr."""
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert main(["run", "quickstart", *QUICK[:-2], "--set", "run_until={max_iterations: 400, ess: 1000000000}"]) == 0
+    metrics = json.loads((tmp_path / "runs" / "quickstart" / "metrics.json").read_text())
+    assert metrics["run_until"] == dict(converged=False, rounds=2, thin=2, iterations=400, missed=["log_lik", "n_leaves",
+                                                                                                   "predictive_mean"])
+    assert capsys.readouterr().err == ""
+    assert load_config("quickstart.yaml")["run_until"] == {"max_iterations": 32000}
 
 
 def test_run_until_is_a_config_key(tmp_path, monkeypatch, capsys):
