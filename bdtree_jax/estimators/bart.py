@@ -473,6 +473,11 @@ class BARTClassifier(ClassifierMixin, _BARTEstimator):
     def _kernel(self, config: BARTConfig):
         return bart(config) if config.binary else _multiclass.multiclass_kernel(config, len(self.classes_))
 
+    def _sparse_kernel(self, config: BARTConfig, dart_config):
+        if config.binary:
+            return super()._sparse_kernel(config, dart_config)
+        return _multiclass.sparse_multiclass_kernel(config, dart_config, len(self.classes_))
+
     def _posterior(self, traces, problem, config, num_warmup, info):
         if problem.outcome == "multiclass":
             return _multiclass.multiclass_posterior(traces, problem, config, num_warmup, info)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.bart import BARTConfig
-from ..kernels.bart_multiclass import bart_multiclass
+from ..kernels.bart_multiclass import bart_multiclass, class_kernel
+from ..kernels.dart import dart
 from ..methods._memory import check_bart
 from ..posterior.bart_multiclass import bart_multiclass_posterior_from_traces
 from ..problem.bart_multiclass import build_bart_multiclass_problem
 
-__all__ = ["fit_multiclass", "is_multiclass", "multiclass_kernel", "multiclass_options", "multiclass_posterior"]
+__all__ = ["fit_multiclass", "is_multiclass", "multiclass_kernel", "multiclass_options", "multiclass_posterior",
+           "sparse_multiclass_kernel"]
 
 
 def is_multiclass(y) -> bool:
@@ -40,6 +42,12 @@ def multiclass_kernel(config: BARTConfig, n_classes: int):
     return bart_multiclass(config, int(n_classes))
 
 
+def sparse_multiclass_kernel(config: BARTConfig, dart_config, n_classes: int):
+    """The sampling algorithm of a ``sparse=True`` multiclass run: DART around the K classes'
+    sweeps, one ``s`` shared by the K forests (:func:`~bdtree_jax.kernels.bart_multiclass.class_kernel`)."""
+    return dart(config, dart_config, class_kernel(int(n_classes)))
+
+
 def multiclass_posterior(traces, problem, config, num_warmup, info):
     """The posterior of a multiclass run (:class:`~bdtree_jax.posterior.BARTMulticlassPosterior`)."""
     return bart_multiclass_posterior_from_traces(traces, problem, config, num_warmup, info)
@@ -52,8 +60,6 @@ def fit_multiclass(estimator, X, y):
     if estimator.offset is not None:
         raise ValueError(f"{name}: offset is the probit offset of two classes; with 3 or more classes it must be "
                          f"None (the class offsets are the log class shares); got {estimator.offset!r}.")
-    if getattr(estimator, "sparse", False):  # DART's kernel is the probit / normal sweep's
-        raise ValueError(f"{name}: sparse=True (DART) is not supported with 3 or more classes yet.")
     if estimator.data_shards != 1:
         raise ValueError(f"{name}: data_shards must be 1 with 3 or more classes (row sharding is not supported for "
                          f"multiclass BART yet); got {estimator.data_shards!r}.")

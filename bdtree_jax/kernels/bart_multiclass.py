@@ -49,8 +49,8 @@ from . import bart, bart_poisson
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
 
-__all__ = ["MulticlassDraws", "bart_multiclass", "class_data", "class_probs", "draw", "geweke_step", "init",
-           "multiclass_config", "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
+__all__ = ["ClassKernel", "MulticlassDraws", "bart_multiclass", "class_data", "class_kernel", "class_probs", "draw",
+           "geweke_step", "init", "multiclass_config", "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
 
 multiclass_config = bart_poisson.poisson_config
 
@@ -173,6 +173,25 @@ def bart_multiclass(config: BARTConfig, n_classes: int) -> SamplingAlgorithm:
     of ``n_classes`` classes (for :func:`bdtree_jax.driver.run_chains`); cached per configuration."""
     bart_poisson._check(config)
     return with_config(init, step_with_draws, trace, draw, config, n_classes=n_classes)
+
+
+class ClassKernel(NamedTuple):
+    """This module's kernel functions with ``draw`` bound to a number of classes: the ``base`` of
+    :func:`bdtree_jax.kernels.dart.dart` for sparse multiclass BART (one ``s`` shared by the K
+    forests: a feature's splits in every class count towards it).  From :func:`class_kernel`."""
+
+    init: object
+    step_with_draws: object
+    trace: object
+    draw: object
+    prior_draw: object
+
+
+@functools.lru_cache(maxsize=16)
+def class_kernel(n_classes: int) -> ClassKernel:
+    """The :class:`ClassKernel` of ``n_classes`` classes (cached: one object per K, so kernels built
+    on it are cached too)."""
+    return ClassKernel(init, step_with_draws, trace, functools.partial(draw, n_classes=n_classes), prior_draw)
 
 
 # ----------------------------------------------------------------------------------------------

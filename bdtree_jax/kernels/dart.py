@@ -252,12 +252,13 @@ def _theta_steps(key: PRNGKey, theta: Array, log_s: Array, config: DARTConfig) -
 
 def log_gamma_rates(log_scale: Array, log_v: Array, is_split: Array, available: Array) -> Array:
     """(F,) ``log(G + V_j)``, ``V_j`` the sum of the node terms ``v = E / S_A(s)`` over the splitting
-    nodes where feature ``j`` is available: ``log_scale`` () ``log G``, ``log_v`` (M, N), ``is_split``
-    (M, N) bool, ``available`` (M, N, F) bool.  A log-sum-exp per feature: one node whose available
+    nodes where feature ``j`` is available: ``log_scale`` () ``log G``, ``log_v`` (..., M, N),
+    ``is_split`` (..., M, N) bool, ``available`` (..., M, N, F) bool (leading axes: several forests
+    sharing ``s``, multiclass BART's K).  A log-sum-exp per feature: one node whose available
     features all have tiny ``s`` has a huge ``v``, and scaling every feature's sum by that one term
     would round the other features' ``V_j`` (comparable to a tiny ``G``) to 0."""
     terms = jnp.where(is_split[..., None] & available, log_v[..., None], -jnp.inf)  # (M, N, F)
-    return jnp.logaddexp(log_scale, jax.scipy.special.logsumexp(terms, axis=(0, 1)))
+    return jnp.logaddexp(log_scale, jax.scipy.special.logsumexp(terms, axis=tuple(range(terms.ndim - 1))))
 
 
 def _s_step(key: PRNGKey, state: DARTState, config: DARTConfig):
