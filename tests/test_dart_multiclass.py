@@ -1,5 +1,5 @@
 """DART around multinomial logistic BART (``BARTClassifier(sparse=True)`` with K >= 3 classes):
-:func:`bdtree_jax.kernels.dart.dart` with ``base`` :func:`bdtree_jax.kernels.bart_multiclass.class_kernel`,
+:func:`bdtree_jax.kernels.dart.dart` with ``base`` :class:`bdtree_jax.kernels.bart_multiclass.ClassKernel`,
 one ``s`` shared by the K forests (a feature's splits in every class count towards it).
 
 Geweke's "getting it right" of the sparse multiclass sweep (latents ``phi``, then each class's
@@ -55,7 +55,7 @@ def sparse_multiclass_geweke(dart_config, sampler="grow-prune", variants=1, seed
     """:func:`helpers.geweke_variants` of the sparse multiclass sweep: labels from the model, then
     one sweep, from DART's joint prior around the multiclass model's."""
     data, config = _problem(sampler)
-    base = bm.class_kernel(K)
+    base = bm.ClassKernel(K)
 
     def step(key, state, d):
         k_y, k_sweep = jax.random.split(key)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.bart import BARTConfig
-from ..kernels.bart_multiclass import bart_multiclass, class_kernel
+from ..kernels.bart_multiclass import ClassKernel, bart_multiclass
 from ..kernels.dart import dart
 from ..methods._memory import check_bart
 from ..posterior.bart_multiclass import bart_multiclass_posterior_from_traces
@@ -44,8 +44,8 @@ def multiclass_kernel(config: BARTConfig, n_classes: int):
 
 def sparse_multiclass_kernel(config: BARTConfig, dart_config, n_classes: int):
     """The sampling algorithm of a ``sparse=True`` multiclass run: DART around the K classes'
-    sweeps, one ``s`` shared by the K forests (:func:`~bdtree_jax.kernels.bart_multiclass.class_kernel`)."""
-    return dart(config, dart_config, class_kernel(int(n_classes)))
+    sweeps, one ``s`` shared by the K forests (:class:`~bdtree_jax.kernels.bart_multiclass.ClassKernel`)."""
+    return dart(config, dart_config, ClassKernel(int(n_classes)))
 
 
 def multiclass_posterior(traces, problem, config, num_warmup, info):

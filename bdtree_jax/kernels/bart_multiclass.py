@@ -35,6 +35,7 @@ are (K * M, N), class-major (class ``k``'s trees ``k*M : (k+1)*M``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -49,7 +50,7 @@ from . import bart, bart_poisson
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
 
-__all__ = ["ClassKernel", "MulticlassDraws", "bart_multiclass", "class_data", "class_kernel", "class_probs", "draw",
+__all__ = ["ClassKernel", "MulticlassDraws", "bart_multiclass", "class_data", "class_probs", "draw",
            "geweke_step", "init", "multiclass_config", "prior_draw", "simulate_y", "step", "step_with_draws", "trace"]
 
 multiclass_config = bart_poisson.poisson_config
@@ -175,25 +176,6 @@ def bart_multiclass(config: BARTConfig, n_classes: int) -> SamplingAlgorithm:
     return with_config(init, step_with_draws, trace, draw, config, n_classes=n_classes)
 
 
-class ClassKernel(NamedTuple):
-    """This module's kernel functions with ``draw`` bound to a number of classes: the ``base`` of
-    :func:`bdtree_jax.kernels.dart.dart` for sparse multiclass BART (one ``s`` shared by the K
-    forests: a feature's splits in every class count towards it).  From :func:`class_kernel`."""
-
-    init: object
-    step_with_draws: object
-    trace: object
-    draw: object
-    prior_draw: object
-
-
-@functools.lru_cache(maxsize=16)
-def class_kernel(n_classes: int) -> ClassKernel:
-    """The :class:`ClassKernel` of ``n_classes`` classes (cached: one object per K, so kernels built
-    on it are cached too)."""
-    return ClassKernel(init, step_with_draws, trace, functools.partial(draw, n_classes=n_classes), prior_draw)
-
-
 # ----------------------------------------------------------------------------------------------
 # Simulation from the model (prior draws, Geweke's successive-conditional simulator)
 
@@ -231,3 +213,20 @@ def leaf_log_lambda_sum(state: BARTState) -> Array:
     """() sum of ``log lambda`` over every leaf of every tree."""
     t = _flat(state).trees.tree
     return jnp.sum(jnp.where(jax.vmap(leaf_nodes)(t), _flat(state).leaf_values, 0.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassKernel:
+    """This module's kernel functions for ``n_classes`` classes (``draw`` bound to it): the ``base``
+    of :func:`bdtree_jax.kernels.dart.dart` for sparse multiclass BART (one ``s`` shared by the K
+    forests: a feature's splits in every class count towards it).  Hashable by ``n_classes``, so
+    the kernels built on it are cached."""
+
+    n_classes: int
+    init = staticmethod(init)
+    step_with_draws = staticmethod(step_with_draws)
+    trace = staticmethod(trace)
+    prior_draw = staticmethod(prior_draw)
+
+    def draw(self, key: PRNGKey, config: BARTConfig) -> MulticlassDraws:
+        return draw(key, config, self.n_classes)
