@@ -95,5 +95,8 @@ def test_classifier_sparse_multiclass_end_to_end():
     np.testing.assert_allclose(clf.split_probs_.sum(-1), 1.0, rtol=1e-5)
     assert clf.split_probs_[..., 0].mean() > 0.8, clf.split_probs_.mean((0, 1))
     assert clf.predict_proba(X).shape == (120, 3) and (clf.predict(X) == y).mean() > 0.9
+    # inclusion over every class's trees: x0 in every draw
+    assert clf.variable_inclusion_.shape == (3,) and clf.variable_inclusion_[0] == 1.0
+    assert list(clf.sparsity_summary(prob=0.9).index) == ["x0", "x1", "x2"]
     again = bd.BARTClassifier(**kw).fit(X, y)
     np.testing.assert_array_equal(again.split_probs_, clf.split_probs_)
