@@ -19,7 +19,7 @@ from sklearn.utils.multiclass import type_of_target
 from ._types import Array
 from .features import NonNumericInputError, read_table
 from .tree import MISSING_CODE
-from ._validate import check_one_of
+from ._validate import check_one_of, is_int
 
 __all__ = [
     "TreeData",
@@ -277,7 +277,7 @@ def _warn_unseen_missing(unseen: list, feature_names, n_rows: int, stacklevel: i
 
 def check_max_cuts(max_cuts, where: str = "") -> None:
     """Refuse a ``max_cuts`` that is not a positive integer or None (``where`` prefixes the message)."""
-    if max_cuts is not None and (not isinstance(max_cuts, (int, np.integer)) or isinstance(max_cuts, bool)
+    if max_cuts is not None and (not is_int(max_cuts)
                                  or max_cuts < 1):
         raise ValueError(f"{where}max_cuts must be a positive integer or None; got {max_cuts!r}.")
 

@@ -34,6 +34,7 @@ import pandas as pd
 
 from ._renamed import accepts_renamed
 from .posterior.swaps import swap_rates as _swap_rates
+from ._validate import is_int
 
 __all__ = [
     "ConvergenceWarning",
@@ -201,7 +202,7 @@ def top_tree_table(posteriors, k: int = 5, names=None) -> pd.DataFrame:
     """
     if isinstance(posteriors, Mapping) or not isinstance(posteriors, Sequence) or not len(posteriors):
         raise ValueError("posteriors must be a non-empty list of posteriors (or of tree-frequency dicts).")
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+    if not is_int(k) or k < 1:
         raise ValueError(f"k must be an integer >= 1; got {k!r}.")
     names = [f"p_seed{i}" for i in range(len(posteriors))] if names is None else list(names)
     if len(names) != len(posteriors) or len(set(names)) != len(names):

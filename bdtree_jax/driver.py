@@ -39,6 +39,7 @@ from ._checkpoint import (_fingerprint, _from_host, _host, _read_checkpoint, _re
 from ._renamed import CHAIN_METHODS_RENAMED, renamed_value
 from .kernels.base import SamplingAlgorithm
 from .tree import tree_summaries
+from ._validate import is_int
 
 __all__ = ["ChainPlan", "plan_chains", "run_chains", "run_independent", "trace_count", "chain_devices", "clear_compiled",
            "ROW_AXES", "row_count", "row_specs", "recorded_count", "run_ident"]
@@ -100,7 +101,7 @@ class ChainPlan(NamedTuple):
 
 
 def _check_data_shards(data_shards) -> int:
-    if isinstance(data_shards, bool) or not isinstance(data_shards, (int, np.integer)) or data_shards < 1:
+    if not is_int(data_shards) or data_shards < 1:
         raise ValueError(f"data_shards must be an integer >= 1; got {data_shards!r}.")
     return int(data_shards)
 
@@ -392,9 +393,9 @@ def run_chains(
     """
     if num_chains < 1 or num_iterations < 1:
         raise ValueError(f"num_chains and num_iterations must be >= 1; got {num_chains}, {num_iterations}.")
-    if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
+    if not is_int(thin) or thin < 1:
         raise ValueError(f"thin must be an integer >= 1; got {thin!r}.")
-    if isinstance(num_warmup, bool) or not isinstance(num_warmup, (int, np.integer)) \
+    if not is_int(num_warmup) \
             or not 0 <= num_warmup <= num_iterations:
         raise ValueError(f"num_warmup must be an integer in [0, num_iterations={num_iterations}]; got {num_warmup!r}.")
     thin, num_warmup = int(thin), int(num_warmup)
@@ -622,7 +623,7 @@ def run_independent(
     """
     if not callable(run_one):
         raise TypeError(f"run_one must be a function (key, data) -> result; got {run_one!r}.")
-    if isinstance(num_chains, bool) or not isinstance(num_chains, (int, np.integer)) or num_chains < 1:
+    if not is_int(num_chains) or num_chains < 1:
         raise ValueError(f"num_chains must be an integer >= 1; got {num_chains!r}.")
     ident = _fingerprint("independent", fingerprint, jax.random.key_data(key), num_chains, *_data_leaves(data))
     saved = _read_checkpoint(checkpoint, ident)

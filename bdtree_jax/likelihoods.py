@@ -25,6 +25,7 @@ from scipy.special import gammaln as scipy_gammaln
 
 from ._gamma import gamma_draws, log_gamma_given
 from ._types import Array
+from ._validate import is_int
 
 __all__ = ["DirichletMultinomial", "NormalMeanShift", "BARTLeafNormal", "BARTLeafPoissonGamma",
            "BARTLeafVarianceGamma", "default_normal_hyperparameters", "poisson_gamma_hyperparameters",
@@ -581,7 +582,7 @@ def variance_gamma_hyperparameters(n_trees: int, scale: float = 1.5) -> tuple[fl
     trigamma(a0) ~ 1/a0``: the sum of ``n_trees`` trees' ``log lambda`` has prior sd about
     ``scale`` (1.5: ``sigma(x)`` within a factor ``exp(1.5) = 4.5`` of ``sigma0`` with 95% prior
     probability)."""
-    if not isinstance(n_trees, (int, np.integer)) or isinstance(n_trees, bool) or n_trees < 1:
+    if not is_int(n_trees) or n_trees < 1:
         raise ValueError(f"n_trees must be an integer >= 1; got {n_trees!r}.")
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0; got {scale!r}.")

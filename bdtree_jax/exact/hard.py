@@ -23,6 +23,7 @@ __all__ = [
 
 
 from ._shared import _box_arrays, _cut_log_probs, _gaps, _leaf_terms, _total_log_lik, _valid_cuts  # noqa: F401
+from .._validate import is_int
 
 
 def _require_no_missing(X, what: str) -> None:
@@ -461,7 +462,7 @@ def _edit_prior_trees(X, prior: TreePrior, initial_tree: str, mean_edits: float,
     """``(model, {internal tree: probability})`` of the EDITTREE prior."""
     if not (math.isfinite(float(mean_edits)) and float(mean_edits) >= 0.0):
         raise ValueError(f"mean_edits must be >= 0; got {mean_edits!r}.")
-    if isinstance(max_edits, bool) or not isinstance(max_edits, (int, np.integer)) or max_edits < 0:
+    if not is_int(max_edits) or max_edits < 0:
         raise ValueError(f"max_edits must be an integer >= 0; got {max_edits!r}.")
     model = _EditModel(X, prior, boxes)
     try:

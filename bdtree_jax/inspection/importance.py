@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..posterior.inclusion import split_shares
 from ._response import response_of, set_column, stacked_draws, take_rows
 from .partial_dependence import _column, _names
+from .._validate import is_int
 
 __all__ = ["VariableImportance", "inclusion_draws", "permutation_importance", "split_inclusion"]
 
@@ -118,7 +119,7 @@ def permutation_importance(est, X, y, *, n_repeats: int = 1, seed: int = 0, prob
 
     where = "permutation_importance: "
     prob = _check_prob(prob, where)
-    if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
+    if not is_int(n_repeats) or n_repeats < 1:
         raise ValueError(f"{where}n_repeats must be an integer >= 1; got {n_repeats!r}.")
     if isinstance(est, BARTSurvival):
         raise ValueError(f"{where}est is a BARTSurvival, whose censored times have no R^2 or log-loss here; "

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ._response import Response, response_of, set_column, stacked_draws, take_rows
+from .._validate import is_int
 
 __all__ = ["PartialDependence", "partial_dependence", "feature_index", "categorical_columns"]
 
@@ -131,7 +132,7 @@ def _grid_of(col: pd.Series, categorical: bool, resolution: int, percentiles, wh
 
 
 def _check_options(grid_resolution, percentiles, prob, where: str):
-    if isinstance(grid_resolution, bool) or not isinstance(grid_resolution, (int, np.integer)) or grid_resolution < 2:
+    if not is_int(grid_resolution) or grid_resolution < 2:
         raise ValueError(f"{where}grid_resolution must be an integer >= 2; got {grid_resolution!r}.")
     p = tuple(np.asarray(percentiles, np.float64).ravel())
     if len(p) != 2 or not 0 <= p[0] < p[1] <= 1:

@@ -257,7 +257,7 @@ def log_gamma_rates(log_scale: Array, log_v: Array, is_split: Array, available: 
     sharing ``s``, multiclass BART's K).  A log-sum-exp per feature: one node whose available
     features all have tiny ``s`` has a huge ``v``, and scaling every feature's sum by that one term
     would round the other features' ``V_j`` (comparable to a tiny ``G``) to 0."""
-    terms = jnp.where(is_split[..., None] & available, log_v[..., None], -jnp.inf)  # (M, N, F)
+    terms = jnp.where(is_split[..., None] & available, log_v[..., None], -jnp.inf)  # (..., M, N, F)
     return jnp.logaddexp(log_scale, jax.scipy.special.logsumexp(terms, axis=tuple(range(terms.ndim - 1))))
 
 

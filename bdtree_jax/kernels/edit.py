@@ -63,6 +63,7 @@ from ..tree import Tree, n_leaves, tree_depth
 from . import cgm
 from ._moves import change_rule, draw_prior_rule, moved_tree, pick, propose_grow, propose_prune, score, targets
 from .base import SamplingAlgorithm
+from .._validate import is_int
 
 __all__ = ["EditConfig", "EditData", "EditState", "apply_edit", "replay", "edit_prior", "initial_tree"]
 
@@ -94,7 +95,7 @@ class EditConfig:
     def __post_init__(self):
         if not (np.isfinite(self.mean_edits) and self.mean_edits > 0):
             raise ValueError(f"mean_edits must be a finite number > 0; got {self.mean_edits!r}.")
-        if not isinstance(self.max_edits, (int, np.integer)) or isinstance(self.max_edits, bool) or self.max_edits < 1:
+        if not is_int(self.max_edits) or self.max_edits < 1:
             raise ValueError(f"max_edits must be an integer >= 1; got {self.max_edits!r}.")
         if not 0.0 <= float(self.regrow_prob) <= 1.0:
             raise ValueError(f"regrow_prob must be in [0, 1]; got {self.regrow_prob!r}.")

@@ -64,7 +64,7 @@ from .rjhmc_jump import Point, accept, propose_jump, propose_move
 from .rjhmc_legs import hmc_leg, initial_adaptation
 from .rjhmc_model import constrained, has_feature, layout, log_terms, potential_fn, prototype, refresh_padding
 from .rjhmc_moves import TopologyProposal, feature_sweep, propose_topology
-from .._validate import check_one_of
+from .._validate import check_one_of, is_int
 
 __all__ = ["RJHMCConfig", "RJHMCState", "init", "step", "trace", "rjhmc", "TopologyProposal", "propose_topology",
            "feature_sweep"]
@@ -161,7 +161,7 @@ class RJHMCConfig:
                 )
         for name, lo in (("num_warmup", 0), ("leg_steps", 1), ("leg_warmup", 20), ("max_tree_depth", 1)):
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            if not is_int(v) or v < lo:
                 raise ValueError(f"{where}{name} must be an integer >= {lo}; got {v!r}.")
         if not 0 < self.target_accept_prob < 1:
             raise ValueError(f"{where}target_accept_prob must be in (0, 1); got {self.target_accept_prob!r}.")

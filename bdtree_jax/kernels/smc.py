@@ -90,7 +90,7 @@ from ..priors.categorical import (
 from ..tree import Rule, Tree, grow, leaf_nodes, n_nodes, rule_at
 from . import cgm
 from ._moves import draw_rule, propose_grow, score
-from .._validate import check_one_of
+from .._validate import check_one_of, is_int
 
 __all__ = [
     "SMC_PROPOSALS", "RESAMPLING", "MAX_POSTERIOR_LEVELS", "SMCConfig", "SMCState", "SMCResult", "init", "stage", "run",
@@ -144,7 +144,7 @@ class SMCConfig:
 def check_options(num_particles, proposal, ess_threshold, resampling, where: str = "", grow="next",
                   n_islands=1) -> None:
     """Clear errors for the SMC options (before anything is compiled)."""
-    if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 1:
+    if not is_int(num_particles) or num_particles < 1:
         raise ValueError(f"{where}num_particles must be an integer >= 1; got {num_particles!r}.")
     if proposal not in SMC_PROPOSALS:
         raise ValueError(f"{where}proposal must be one of {SMC_PROPOSALS} for SMC; got {proposal!r}.")
@@ -153,7 +153,7 @@ def check_options(num_particles, proposal, ess_threshold, resampling, where: str
         raise ValueError(f"{where}ess_threshold must be a number in [0, 1]; got {ess_threshold!r}.")
     check_one_of(f"{where}resampling", resampling, RESAMPLING)
     check_one_of(f"{where}grow", grow, GROW)
-    if not isinstance(n_islands, (int, np.integer)) or isinstance(n_islands, bool) or n_islands < 1 \
+    if not is_int(n_islands) or n_islands < 1 \
             or num_particles % n_islands:
         raise ValueError(f"{where}n_islands must be an integer >= 1 dividing num_particles={num_particles}; "
                          f"got {n_islands!r}.")

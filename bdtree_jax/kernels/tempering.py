@@ -34,13 +34,14 @@ import numpy as np
 
 from .._types import Array
 from .base import SamplingAlgorithm
+from .._validate import is_int
 
 __all__ = ["ladder", "tempered"]
 
 
 def ladder(n_temperatures: int = 4, delta_t: float = 0.2) -> tuple:
     """MrBayes' inverse temperatures ``1 / (1 + delta_t * i)``, ``i = 0 .. n - 1``."""
-    if not isinstance(n_temperatures, (int, np.integer)) or isinstance(n_temperatures, bool) or n_temperatures < 1:
+    if not is_int(n_temperatures) or n_temperatures < 1:
         raise ValueError(f"n_temperatures must be an integer >= 1; got {n_temperatures!r}.")
     if not (isinstance(delta_t, (int, float, np.floating)) and np.isfinite(delta_t) and delta_t > 0):
         raise ValueError(f"delta_t must be a finite number > 0; got {delta_t!r}.")

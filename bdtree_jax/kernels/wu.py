@@ -132,7 +132,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._types import Array, PRNGKey
 from ..data import TreeData
@@ -146,7 +145,7 @@ from ._moves import with_scores
 from .base import SamplingAlgorithm
 from .fibre_gibbs import MAX_GROUPS, gibbs_propose, group_bins
 from .wu_groups import BIG, GroupCodes, components, draw_levels, group_codes
-from .._validate import check_one_of
+from .._validate import check_one_of, is_int
 
 __all__ = [
     "RestructureConfig", "RestructureInfo", "WUConfig", "WUInfo", "WEIGHTS", "RESTRUCTURES", "MAX_GROUPS",
@@ -202,7 +201,7 @@ class RestructureConfig:
 def check_restructure(kind, max_groups, max_depth, where=""):
     """The ``restructure`` / ``max_groups`` options (clear ``ValueError`` s)."""
     check_one_of(f"{where}restructure", kind, RESTRUCTURES)
-    if (not isinstance(max_groups, (int, np.integer)) or isinstance(max_groups, bool)
+    if (not is_int(max_groups)
             or not 2 <= max_groups <= MAX_GROUPS):
         raise ValueError(f"{where}max_groups must be an integer in [2, {MAX_GROUPS}]; got {max_groups!r}.")
     if kind == "gibbs" and 2**max_depth > max_groups:
@@ -558,7 +557,7 @@ class WUConfig:
     max_groups: int = 10
 
     def __post_init__(self):
-        if not isinstance(self.n_local, (int, np.integer)) or isinstance(self.n_local, bool) or self.n_local < 1:
+        if not is_int(self.n_local) or self.n_local < 1:
             raise ValueError(f"n_local must be an integer >= 1; got {self.n_local!r}.")
         object.__setattr__(self, "n_local", int(self.n_local))
         self.restructure_config  # validates weights, restructure, max_groups

@@ -27,6 +27,7 @@ from ..kernels import tempering as tempering_kernel
 from ..problem import TreeProblem
 from ._memory import check_run
 from .until import Converged, round_thins, run_rounds
+from .._validate import is_int
 
 __all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_integer", "check_seed",
            "check_checkpoint", "with_tempering", "independent_stats"]
@@ -34,14 +35,14 @@ __all__ = ["RunOptions", "Tempering", "Method", "MCMCMethod", "Kernel", "check_i
 
 def check_integer(name: str, value, low: int) -> None:
     """``value`` is an integer (not a bool) >= ``low``, else a ``ValueError`` naming ``name``."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
 
 
 def check_seed(seed) -> None:
     """``seed`` is an integer (not a bool) that ``jax.random.key`` takes (a signed 64-bit
     integer), else a ``ValueError``."""
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not -2**63 <= int(seed) < 2**63:
+    if not is_int(seed) or not -2**63 <= int(seed) < 2**63:
         raise ValueError(f"seed must be an integer in [-2**63, 2**63); got {seed!r}.")
 
 

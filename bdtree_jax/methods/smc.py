@@ -14,6 +14,7 @@ from ..driver import run_independent
 from .._renamed import accepts_renamed
 from ..kernels import smc as smc_kernel
 from .base import Method, independent_stats
+from .._validate import is_int
 
 __all__ = ["SMC"]
 
@@ -62,7 +63,7 @@ class SMC(Method):
         smc_kernel.check_options(self.num_particles, self.proposal, self.ess_threshold, self.resampling,
                                  grow=self.grow)
         islands = self.num_islands
-        if not isinstance(islands, (int, np.integer)) or isinstance(islands, bool) or islands < 1 \
+        if not is_int(islands) or islands < 1 \
                 or self.num_particles % islands:
             raise ValueError(f"num_islands must be an integer >= 1 dividing num_particles={self.num_particles}; "
                              f"got {islands!r}.")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from .._validate import is_int
 
 __all__ = ["Converged", "run_rounds", "round_thins", "keep_every_second"]
 
@@ -66,7 +67,7 @@ class Converged:
                     or not math.isfinite(value) or value <= low:
                 raise ValueError(f"Converged: {name} must be a finite number > {low:g}; got {value!r}.")
         value = self.max_iterations
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"Converged: max_iterations must be an integer >= 1; got {value!r}.")
         value = self.max_seconds
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))

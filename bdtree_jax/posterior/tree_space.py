@@ -13,6 +13,7 @@ import numpy as np
 from ..tree import Tree, distinct_trees, leaf_index, leaf_nodes
 from . import streaming
 from ._leaf_draws import _leaf_draws, _train_cell
+from .._validate import is_int
 
 __all__ = ["leaf_labels", "leaf_summary", "top_trees"]
 
@@ -42,7 +43,7 @@ def top_trees(post, k: int = 5, prob: float = 0.95):
     import pandas as pd
     from scipy.stats import norm
 
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+    if not is_int(k) or k < 1:
         raise ValueError(f"k must be an integer >= 1; got {k!r}.")
     if not 0 < prob < 1:
         raise ValueError(f"prob must be in (0, 1); got {prob!r}.")
@@ -73,7 +74,7 @@ def tree_at_rank(post, rank: int) -> Tree:
     flat = post._flat_trees()
     first, _, counts = distinct_trees(flat)
     order = np.argsort(-counts, kind="stable")
-    if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or not 1 <= rank <= len(order):
+    if not is_int(rank) or not 1 <= rank <= len(order):
         raise ValueError(f"rank must be an integer in [1, {len(order)}] (the distinct trees visited); got {rank!r}.")
     return jax.tree.map(lambda a: np.asarray(a)[first[order[rank - 1]]], flat)
 

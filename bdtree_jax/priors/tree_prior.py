@@ -22,7 +22,7 @@ from .pinball import (
     PinballTables, check_cgm_structure, log_pinball_structure, pinball_log_shape_parts, pinball_log_size, split_mask,
 )
 from .valid_cuts import ancestor_level_bounds, level_bounds
-from .._validate import check_one_of
+from .._validate import check_one_of, is_int
 
 __all__ = [
     "STRUCTURES", "TreePrior", "split_probability", "pinball_tables", "log_rule_prob", "log_cut_probs", "draw_cut",
@@ -72,7 +72,7 @@ class TreePrior:
     valid_cuts: str = "data"
 
     def __post_init__(self):
-        if isinstance(self.max_depth, bool) or not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 1:
+        if not is_int(self.max_depth) or self.max_depth < 1:
             raise ValueError(f"max_depth must be an integer >= 1; got {self.max_depth!r}.")
         if self.max_depth > MAX_DEPTH:
             raise ValueError(
@@ -86,7 +86,7 @@ class TreePrior:
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
                     np.isfinite(v) and ok(float(v))):
                 raise ValueError(f"{name} must be {what}, a finite number; got {v!r}.")
-        if isinstance(self.min_leaf_size, bool) or not isinstance(self.min_leaf_size, (int, np.integer)) or \
+        if not is_int(self.min_leaf_size) or \
                 self.min_leaf_size < 1:
             raise ValueError(f"min_leaf_size must be an integer >= 1; got {self.min_leaf_size!r}.")
         check_one_of("split_prior", self.split_prior, SPLIT_PRIORS)
@@ -99,7 +99,7 @@ class TreePrior:
                 raise ValueError(f"{name} must be a finite number > 0; got {v!r}.")
         k = self.pinball_max_leaves
         if k is not None:
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            if not is_int(k) or k < 1:
                 raise ValueError(f"pinball_max_leaves must be None or an integer >= 1; got {k!r}.")
             if k > 2**self.max_depth:
                 raise ValueError(
