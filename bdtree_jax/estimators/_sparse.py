@@ -29,12 +29,6 @@ class SparseMixin:
         return sparse_config(type(self).__name__, self.sparse, self.sparse_theta, self.sparse_a, self.sparse_b,
                              self.sparse_rho)
 
-    def _check_sparse_problem(self) -> None:
-        """Refuse what DART does not cover before anything compiles."""
-        if getattr(self, "sparse", False) and self.tree_sampler == "pg":
-            raise ValueError(f"{type(self).__name__}: sparse=True supports tree_sampler 'grow-prune' or 'cgm'; "
-                             "got 'pg'.")
-
     def _keep_sparse_traces(self, traces: dict, num_warmup: int) -> dict:
         """Pop the DART entries from ``traces`` (kept iterations on the estimator); returns the rest."""
         for attr in ("split_probs_", "theta_", "s_acceptance_", "theta_acceptance_"):

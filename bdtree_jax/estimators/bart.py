@@ -110,7 +110,6 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
                 check_rows(problem.data, plan.data_shards)
         except ValueError as e:
             raise ValueError(f"{type(self).__name__}: {e}") from None
-        self._check_sparse_problem()
         dart_config = self._dart_config()
         dtypes = cgm.CGMConfig.from_prior(problem.prior, n_features=problem.n_features,
                                           n_cuts=int(problem.grid.n_cuts.max())).trace_dtypes
@@ -252,7 +251,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         DART (Linero 2018, docs/methods/bart.md): a Dirichlet prior ``s ~ Dirichlet(theta/p)`` on
         the split variables' probabilities, updated every sweep (:mod:`bdtree_jax.kernels.dart`);
         ``variable_inclusion_`` and ``sparsity_summary()`` then report each feature's posterior
-        inclusion (a categorical column is one feature).  ``tree_sampler`` "grow-prune" or "cgm".
+        inclusion (a categorical column is one feature).  Every ``tree_sampler``.
     sparse_theta : float or None, default None
         DART's concentration ``theta``: None puts Linero's prior on it,
         ``theta / (theta + sparse_rho) ~ Beta(sparse_a, sparse_b)``; a number fixes it.

@@ -224,11 +224,10 @@ def step_with_draws(draws: BCFDraws, state: BCFState, data: BCFData, config: BCF
 
 def trace(state: BCFState, info: BCFInfo, config: BCFConfig) -> dict:
     """The per-iteration record (module docstring)."""
-    out = dict(sigma=info.sigma, train_rmse=info.train_rmse, train_log_lik=info.train_log_lik, ate=info.ate,
-               att=info.att, b0=state.b[0], b1=state.b[1])
-    out.update(bart.forest_trace("mu", state.mu, info.mu_accepted, config.mu))
-    out.update(bart.forest_trace("tau", state.tau, info.tau_accepted, config.tau))
-    return out
+    return dict(sigma=info.sigma, train_rmse=info.train_rmse, train_log_lik=info.train_log_lik, ate=info.ate,
+                att=info.att, b0=state.b[0], b1=state.b[1],
+                **bart.forest_trace("mu", state.mu, info.mu_accepted, config.mu),
+                **bart.forest_trace("tau", state.tau, info.tau_accepted, config.tau))
 
 
 @functools.lru_cache(maxsize=32)

@@ -69,8 +69,13 @@ Categorical features and missing values (general rules, :mod:`bdtree_jax.priors.
 a feature is available at a node when it has an ordered cut or, categorical, two levels there;
 the weight picks the feature, the rule within it (a cut, a level set, the missing-value bit) is
 drawn as without ``sparse``, so only the feature's factor ``s_f / S_A(s)`` depends on ``s`` and
-every step above holds as written.  Particle Gibbs (``tree_sampler="pg"``), the pinball prior and
-box constraints are not covered: :func:`check_supported` raises.
+every step above holds as written.
+
+Particle Gibbs (``tree_sampler="pg"``): BART's conditional SMC sweep grows its particles with the
+prior proposal, whose rules come from the same weighted rule prior, and its increments are the
+likelihood ratios alone (the rule terms are the proposal's), so it targets ``p(T | s) L(T)`` with
+nothing added.  The pinball prior and box constraints are not covered: :func:`check_supported`
+raises.
 """
 
 from __future__ import annotations
@@ -185,8 +190,6 @@ def sparse_config(where: str, sparse, theta, a, b, rho) -> DARTConfig | None:
 def check_supported(data: BARTData, config: bart.BARTConfig) -> None:
     """Raise a ValueError naming ``sparse`` for what DART does not cover (module docstring)."""
     td = _tree_data(data)
-    if config.tree_sampler == "pg":
-        raise ValueError("sparse=True supports tree_sampler='grow-prune' or 'cgm'; got tree_sampler='pg'.")
     if not hasattr(td.split_prob, "shape") or td.box_side is not None:
         raise ValueError("sparse=True needs CGM98's split probabilities without box constraints.")
 
