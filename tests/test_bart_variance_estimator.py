@@ -117,7 +117,7 @@ def test_categorical_and_missing_X():
     (dict(variance_trees=-1), "variance_trees must be an integer >= 0"),
     (dict(variance_trees=2.5), "variance_trees must be an integer >= 0"),
     (dict(variance_trees=True), "variance_trees must be an integer >= 0"),
-    (dict(variance_trees=3, sparse=True), "sparse=True"),
+    (dict(variance_trees=3, sparse=True, sparse_theta=-1.0), "sparse_theta must be"),
     (dict(variance_trees=3, data_shards=2), "data_shards must be 1"),
 ], ids=["negative", "float", "bool", "sparse", "shards"])
 def test_bad_input_raises_before_compiling(params, match):

@@ -1,7 +1,8 @@
-"""DART around the other one-forest BART models: log-linear BART for counts
-(``BARTPoissonRegressor(sparse=True)``) and survival BART (``BARTSurvival(sparse=True)``), i.e.
-:func:`bdtree_jax.kernels.dart.dart` with ``base`` :mod:`bdtree_jax.kernels.bart_poisson` or
-:mod:`bdtree_jax.kernels.bart_survival`.
+"""DART around the other BART models: log-linear BART for counts
+(``BARTPoissonRegressor(sparse=True)``), survival BART (``BARTSurvival(sparse=True)``) and
+heteroskedastic BART (``BARTRegressor(variance_trees=J, sparse=True)``, ``s`` on the mean forest),
+i.e. :func:`bdtree_jax.kernels.dart.dart` with ``base`` :mod:`bdtree_jax.kernels.bart_poisson`,
+:mod:`bdtree_jax.kernels.bart_survival` or :mod:`bdtree_jax.kernels.bart_variance`.
 
 Geweke's "getting it right" of the sparse counts sweep (theta fixed and with its hyperprior) on 12
 full-factorial rows of features with 1, 1 and 2 cuts (nodes often lack a feature, so the ``s``
@@ -9,7 +10,9 @@ step's renormalisation matters; no box of the ancestors' rules is empty, so ``s`
 Dirichlet), with two planted errors in the same program that fail it: the counts sweep reading
 the unweighted rule prior, and the ``s`` step counting the first tree's splits only; the same for
 the sparse survival sweep (censored log times imputed, sigma2 drawn) on the same rows with
-censoring bounds.  And both estimators end to end."""
+censoring bounds; the sparse heteroskedastic sweep of both forests, with the variance forest's
+rule prior weighted too and the mean sweep's unweighted as its planted errors.  And the three
+estimators end to end."""
 
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ import bdtree_jax as bd
 import helpers
 from bdtree_jax.kernels import bart, bart_survival
 from bdtree_jax.kernels import bart_poisson as bp
+from bdtree_jax.kernels import bart_variance as bv
 from bdtree_jax.kernels import dart
-from bdtree_jax.likelihoods import BARTLeafNormal, BARTLeafPoissonGamma
+from bdtree_jax.likelihoods import BARTLeafNormal, BARTLeafPoissonGamma, BARTLeafVarianceGamma
 from bdtree_jax.priors import TreePrior, make_tree_data
 from bdtree_jax.data import make_split_grid
 from bdtree_jax.problem.bart_poisson import build_bart_poisson_problem
@@ -176,3 +180,85 @@ def test_survival_sparse_end_to_end():
     np.testing.assert_allclose(m.split_probs_.sum(-1), 1.0, rtol=1e-5)
     np.testing.assert_array_equal(bd.BARTSurvival(**kw).fit(Xf, np.minimum(t, c), t <= c).split_probs_,
                                   m.split_probs_)
+
+
+# ----------------------------------------------------------------------------------------------
+# heteroskedastic BART: s weighs the mean forest's rule prior, the variance forest keeps its own
+
+V_NAMES = ("s0", "s0^2", "s2", "features used", "lambda", "mean leaves", "f_0", "variance features used",
+           "variance leaves", "G_0", "exp G_0")
+
+
+def _variance_problem():
+    """The 12 factorial rows, 2 mean trees (leaves ``N(0, 0.5**2)``) and 2 variance trees (leaves
+    ``Gamma(3, 3)``) of depth <= 3, ``sigma0 = 0.7``."""
+    grid = make_split_grid(X)
+    prior = TreePrior(max_depth=3, alpha=0.95, beta=1.0, valid_cuts="ancestors")
+    td = make_tree_data(grid.bin(X), np.zeros(len(X)), prior, BARTLeafNormal(np.float32(0.49), np.float32(0.25)),
+                        grid=grid)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    data = bart.BARTData(td, jnp.zeros(len(X), jnp.float32), f32(10.0), f32(1.0), f32(0.49), f32(1.0))
+    mean = bart.BARTConfig(2, 3, "grow-prune", incremental=False, sample_sigma=False)
+    return bv.VarianceData(data, BARTLeafVarianceGamma(jnp.float32(3.0), jnp.float32(3.0))), bv.VarianceConfig.of(mean, 2)
+
+
+def _variance_stats(state: dart.DARTState):
+    s = jnp.exp(state.log_s)
+    mean, variance = state.bart.mean, state.bart.variance
+
+    def used(t):
+        return jnp.sum(jnp.any((t.feature[..., None] == jnp.arange(s.shape[0])) & t.is_split[..., None],
+                               axis=(0, 1))).astype(jnp.float32)
+
+    def leaves(t):
+        return jnp.mean(jax.vmap(n_leaves)(t).astype(jnp.float32))
+
+    return jnp.stack([s[0], s[0] ** 2, s[2], used(mean.trees.tree), state.theta / (state.theta + s.shape[0]),
+                      leaves(mean.trees.tree), mean.fit[0], used(variance.trees.tree), leaves(variance.trees.tree),
+                      variance.fit[0], jnp.exp(variance.fit[0])])
+
+
+def sparse_variance_geweke(dart_config, variants=1, seed=0):
+    """:func:`helpers.geweke_variants` of the sparse heteroskedastic sweep: ``y ~ N(f, sigma2(x))``
+    (:func:`bdtree_jax.kernels.bart_variance.simulate_y`), then one sweep of both forests and the
+    ``s`` and ``theta`` steps, from DART's joint prior around the heteroskedastic model's."""
+    data, config = _variance_problem()
+
+    def step(key, state, d):
+        k_y, k_sweep = jax.random.split(key)
+        d = d._replace(data=d.data._replace(y=bv.simulate_y(k_y, state.bart, d).astype(jnp.float32)))
+        state, info = dart.step(k_sweep, state, d, config, dart_config, bv)
+        return state, d, info
+
+    return helpers.geweke_variants(lambda key: dart.prior_draw(key, data, config, dart_config, bv), step,
+                                   _variance_stats, data, G_CHAINS, G_ITERS, G_PRIOR, variants, seed, V_NAMES)
+
+
+@pytest.mark.xla_optimized
+@pytest.mark.slow
+def test_geweke_sparse_variance_sweep_and_planted_errors(monkeypatch):
+    """128 chains x 2,000 sparse heteroskedastic sweeps (grow-prune, theta's hyperprior) from the
+    joint prior vs 100,000 forward draws: every |z| < 4; in the same program the variance forest's
+    rule prior weighted by ``s`` too (which the ``s`` step does not count) and the mean forest's
+    sweep reading the unweighted rule prior: some |z| > 6.  Observed: |z| <= 1.46 (seed 1: 2.24);
+    errors z(variance features used) = -22.0 and z(lambda) = +92.6."""
+    planted(monkeypatch, bv, "_variance_bart_data", lambda orig, data: data.data, 1)
+    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 2)
+    helpers.check_geweke_variants(sparse_variance_geweke(dart.DARTConfig(), variants=3),
+                                  ("variance forest weighted", "unweighted mean sweep"))
+
+
+@pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
+def test_variance_regressor_sparse_end_to_end():
+    """``BARTRegressor(variance_trees=2, sparse=True)``: the draws of ``s`` on the simplex, one per
+    feature; same seed, same draws; the inclusion summary per feature and ``sigma(x)`` predicted."""
+    rng = np.random.default_rng(2)
+    Xf = rng.uniform(size=(60, 4))
+    y = np.sin(3 * Xf[:, 0]) + (0.1 + 0.5 * Xf[:, 1]) * rng.normal(size=60)
+    kw = dict(num_trees=5, variance_trees=2, num_warmup=10, num_samples=10, num_chains=2, sparse=True, seed=3)
+    m = bd.BARTRegressor(**kw).fit(Xf, y)
+    assert m.split_probs_.shape == (2, 10, 4) and m.theta_.shape == (2, 10)
+    np.testing.assert_allclose(m.split_probs_.sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(bd.BARTRegressor(**kw).fit(Xf, y).split_probs_, m.split_probs_)
+    assert m.sparsity_summary().shape[0] == 4
+    assert m.predict_sigma(Xf[:3]).shape == (3,) and np.all(m.predict_sigma(Xf[:3]) > 0)

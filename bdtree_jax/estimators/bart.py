@@ -263,7 +263,9 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
         ``sigma2(x) = sigma_hat**2 / prod_j lambda_j(x)`` with leaf factors
         ``lambda ~ Gamma(J / 1.5**2 + 1/2, J / 1.5**2)`` (:mod:`bdtree_jax.kernels.bart_variance`);
         ``nu`` and ``q`` are then unused.  0: the homoskedastic model (``sigma`` one number).
-        Not with ``sparse=True`` or ``data_shards > 1`` yet.
+        With ``sparse=True`` DART's ``s`` weighs the mean forest's split variables (its
+        inclusion summaries are the mean forest's); the variance forest keeps the uniform rule
+        prior.  Not with ``data_shards > 1`` yet.
     monotonic_cst : None, array-like of -1/0/+1 per feature, or dict {feature name: -1/0/+1}
         Monotone constraints (mBART, docs/methods/bart-monotone.md): every draw's prediction is
         nondecreasing (+1) or nonincreasing (-1) in those features.  Numeric features without
@@ -341,6 +343,11 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
 
     def _kernel(self, config: BARTConfig):
         return _variance.variance_kernel(config, self.variance_trees) if self._heteroskedastic() else bart(config)
+
+    def _sparse_kernel(self, config: BARTConfig, dart_config):
+        if not self._heteroskedastic():
+            return super()._sparse_kernel(config, dart_config)
+        return _variance.sparse_variance_kernel(config, self.variance_trees, dart_config)
 
     def _run_data(self, problem: BARTProblem):
         return problem.variance_data() if self._heteroskedastic() else problem.data

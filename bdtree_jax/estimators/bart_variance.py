@@ -4,12 +4,14 @@ its homoskedastic path for ``variance_trees=0`` and calls these hooks otherwise.
 
 from __future__ import annotations
 
+from ..kernels import bart_variance as _kernel
 from ..kernels.bart import BARTConfig
 from ..kernels.bart_variance import VarianceConfig, bart_variance
+from ..kernels.dart import dart
 from ..posterior.bart_variance import bart_variance_posterior_from_traces
 from ..problem.bart_variance import build_bart_variance_problem
 
-__all__ = ["fit_variance", "variance_kernel", "variance_options", "variance_posterior"]
+__all__ = ["fit_variance", "sparse_variance_kernel", "variance_kernel", "variance_options", "variance_posterior"]
 
 
 def variance_options() -> dict:
@@ -22,6 +24,12 @@ def variance_kernel(config: BARTConfig, variance_trees: int):
     return bart_variance(VarianceConfig.of(config, int(variance_trees)))
 
 
+def sparse_variance_kernel(config: BARTConfig, variance_trees: int, dart_config):
+    """The sampling algorithm of a heteroskedastic ``sparse=True`` run: DART around both forests'
+    sweep, ``s`` on the mean forest (:func:`bdtree_jax.kernels.bart_variance.sparse_forest`)."""
+    return dart(VarianceConfig.of(config, int(variance_trees)), dart_config, _kernel)
+
+
 def variance_posterior(traces, problem, config, num_warmup, info):
     """The posterior of a heteroskedastic run (:class:`~bdtree_jax.posterior.bart_variance.BARTVariancePosterior`)."""
     return bart_variance_posterior_from_traces(traces, problem, config, num_warmup, info)
@@ -29,10 +37,8 @@ def variance_posterior(traces, problem, config, num_warmup, info):
 
 def fit_variance(estimator, X, y):
     """Fit ``estimator`` (a :class:`~bdtree_jax.BARTRegressor`, parameters checked) with
-    ``variance_trees >= 1``; ``sparse`` must be False and ``data_shards`` 1."""
+    ``variance_trees >= 1``; ``data_shards`` must be 1."""
     name = type(estimator).__name__
-    if getattr(estimator, "sparse", False):
-        raise ValueError(f"{name}: sparse=True (DART) is not supported with variance_trees >= 1 yet.")
     if estimator.data_shards != 1:
         raise ValueError(f"{name}: data_shards must be 1 with variance_trees >= 1 (row sharding is not supported "
                          f"for heteroskedastic BART yet); got {estimator.data_shards!r}.")

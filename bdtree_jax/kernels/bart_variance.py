@@ -55,8 +55,8 @@ from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
 
 __all__ = ["VarianceConfig", "VarianceData", "VarianceDraws", "VarianceState", "bart_variance", "draw",
-           "geweke_step", "init", "mean_sweep", "prior_draw", "simulate_y", "step", "step_with_draws", "trace",
-           "variance_sweep"]
+           "geweke_step", "init", "mean_sweep", "prior_draw", "simulate_y", "sparse_forest", "step", "step_with_draws",
+           "trace", "variance_sweep", "with_sparse_forest"]
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,23 @@ def _mean_rows(data: VarianceData, log_w: Array, partial: Array) -> TreeData:
                                 likelihood=_weighted(d))
 
 
+def _variance_bart_data(data: VarianceData) -> BARTData:
+    """BART's data as the variance forest reads it: its rule prior is never weighted by DART's
+    ``s`` (with ``sparse=True`` the mean forest's is: :func:`sparse_forest`), i.e. equal weights
+    where ``s`` is set (the same rule prior as none, in the same array structure)."""
+    d = data.data
+    log_w = d.tree_data.feature_log_weight
+    if log_w is None:
+        return d
+    return d._replace(tree_data=d.tree_data._replace(feature_log_weight=jnp.zeros_like(log_w)))
+
+
 def _variance_rows(data: VarianceData, scaled_e2: Array, partial: Array) -> TreeData:
     """Variance tree j's TreeData given the other variance trees' sum ``partial`` (n,): rows
     ``[1, 1/2, v/2]``, ``v = exp(partial) e**2 / sigma0**2`` (``scaled_e2 = e**2 / sigma0**2``)."""
     v = scaled_e2 * jnp.exp(partial)
-    return data.data.tree_data._replace(point_stats=BARTLeafVarianceGamma.row_stats(v), likelihood=data.variance)
+    return _variance_bart_data(data).tree_data._replace(point_stats=BARTLeafVarianceGamma.row_stats(v),
+                                                        likelihood=data.variance)
 
 
 def _forest_data(data: VarianceData, variance: bool) -> BARTData:
@@ -165,8 +177,8 @@ def variance_sweep(draws: SweepDraws, state: BARTState, data: VarianceData, resi
     uniforms, leaf_keys, tree_keys, _ = draws
     scaled_e2 = residual * residual / data.data.sigma2_init
     total = _total(state) if total is None else total
-    total, values, changed, trees, can_split = bart._backfit_rows(state, data.data, total, uniforms, leaf_keys,
-                                                                  tree_keys, config,
+    total, values, changed, trees, can_split = bart._backfit_rows(state, _variance_bart_data(data), total, uniforms,
+                                                                  leaf_keys, tree_keys, config,
                                                                   functools.partial(_variance_rows, data, scaled_e2))
     return state._replace(trees=trees, leaf_values=values, fit=total, sweeps=state.sweeps + 1,
                           can_split=can_split), changed
@@ -187,6 +199,18 @@ def step_with_draws(draws: VarianceDraws, state: VarianceState, data: VarianceDa
     variance, var_changed = variance_sweep(draws.variance, state.variance, data, residual, config.variance, log_w)
     new = VarianceState(mean, variance)
     return new, _info(new, data, changed, var_changed)
+
+
+def sparse_forest(state: VarianceState) -> BARTState:
+    """The forest whose rule prior DART's ``s`` weighs (:func:`bdtree_jax.kernels.dart.dart` with
+    this module as ``base``): the mean forest.  ``s`` selects the features of ``f(x)``; the
+    variance forest keeps the unweighted rule prior (:func:`_variance_bart_data`)."""
+    return state.mean
+
+
+def with_sparse_forest(state: VarianceState, forest: BARTState) -> VarianceState:
+    """``state`` with its mean forest replaced (:func:`sparse_forest`)."""
+    return state._replace(mean=forest)
 
 
 def _info(state: VarianceState, data: VarianceData, changed: Array, var_changed: Array) -> BARTInfo:

@@ -74,8 +74,14 @@ every step above holds as written.
 Particle Gibbs (``tree_sampler="pg"``): BART's conditional SMC sweep grows its particles with the
 prior proposal, whose rules come from the same weighted rule prior, and its increments are the
 likelihood ratios alone (the rule terms are the proposal's), so it targets ``p(T | s) L(T)`` with
-nothing added.  The pinball prior and box constraints are not covered: :func:`check_supported`
-raises.
+nothing added.
+
+Heteroskedastic BART (:mod:`bdtree_jax.kernels.bart_variance` as ``base``): ``s`` weighs the mean
+forest's rule prior and counts its splits only; the variance forest keeps the unweighted rule
+prior, so its trees are not part of ``s | trees`` and every step above holds with the mean forest
+as "the trees".
+
+The pinball prior and box constraints are not covered: :func:`check_supported` raises.
 """
 
 from __future__ import annotations
@@ -194,18 +200,36 @@ def check_supported(data: BARTData, config: bart.BARTConfig) -> None:
         raise ValueError("sparse=True needs CGM98's split probabilities without box constraints.")
 
 
+def _wrapped(data) -> str:
+    """The field of a BART-family kernel's data that holds the BARTData it wraps: ``bart``
+    (survival BART) or ``data`` (heteroskedastic BART)."""
+    return "bart" if hasattr(data, "bart") else "data"
+
+
 def _tree_data(data):
     """The inputs' TreeData of a BART-family kernel's data: its ``tree_data``, or that of the
-    BARTData it wraps (``data.bart``: survival BART)."""
-    return data.tree_data if hasattr(data, "tree_data") else data.bart.tree_data
+    BARTData it wraps (:func:`_wrapped`)."""
+    return data.tree_data if hasattr(data, "tree_data") else _tree_data(getattr(data, _wrapped(data)))
 
 
 def weighted(data: BARTData, log_s: Array) -> BARTData:
     """``data`` with the trees' rule prior weighted by ``s`` (``log_s`` (F,)); data that wrap a
-    BARTData (``data.bart``) get theirs weighted."""
+    BARTData (:func:`_wrapped`) get theirs weighted."""
     if not hasattr(data, "tree_data"):
-        return data._replace(bart=weighted(data.bart, log_s))
+        field = _wrapped(data)
+        return data._replace(**{field: weighted(getattr(data, field), log_s)})
     return data._replace(tree_data=data.tree_data._replace(feature_log_weight=log_s))
+
+
+def _sparse_forest(base, state):
+    """The BARTState whose trees ``s`` weighs: the ``base`` kernel's state itself, or the forest
+    its ``sparse_forest(state)`` names (heteroskedastic BART: the mean forest)."""
+    return base.sparse_forest(state) if hasattr(base, "sparse_forest") else state
+
+
+def _with_sparse_forest(base, state, forest):
+    """``state`` with :func:`_sparse_forest` replaced by ``forest``."""
+    return base.with_sparse_forest(state, forest) if hasattr(base, "with_sparse_forest") else forest
 
 
 def log_dirichlet_draw(key: PRNGKey, concentration: Array) -> Array:
@@ -335,24 +359,28 @@ def step_with_draws(draws: DARTDraws, state: DARTState, data: BARTData, config: 
     """:func:`step` given its :func:`draw`: the ``base`` kernel's sweep (BART's by default) on
     ``data`` with the rule prior weighted by ``s``, then :func:`sparsity_step`."""
     bart_state, bart_info = base.step_with_draws(draws.bart, state.bart, weighted(data, state.log_s), config)
-    state, s_accepted, theta_accepted = sparsity_step(draws.key, state._replace(bart=bart_state), dart_config)
+    state, s_accepted, theta_accepted = sparsity_step(draws.key, state._replace(bart=bart_state), dart_config, base)
     return state, DARTInfo(bart_info, s_accepted, theta_accepted)
 
 
-def sparsity_step(key: PRNGKey, state: DARTState, dart_config: DARTConfig) -> tuple[DARTState, Array, Array]:
+def sparsity_step(key: PRNGKey, state: DARTState, dart_config: DARTConfig,
+                  base=bart) -> tuple[DARTState, Array, Array]:
     """The ``s`` step then the ``theta`` steps given the trees (module docstring), after any update
     of ``state.bart``'s trees that targets their weighted rule prior (:func:`weighted`) with their
-    cached log-priors under ``state.log_s``.  Reads ``state.bart.trees`` (a CGMState with leading
-    axis M) and writes their log-priors under the new ``s``; returns ``(state, s_accepted ()
-    bool, theta_accepted () float32)``.  Shared by :func:`step_with_draws` and the NumPyro tree
+    cached log-priors under ``state.log_s``.  Reads the trees of ``state.bart`` (of the forest
+    ``base.sparse_forest`` names, if ``base`` has it: :func:`_sparse_forest`; a CGMState with
+    leading axis M) and writes their log-priors under the new ``s``; returns ``(state, s_accepted
+    () bool, theta_accepted () float32)``.  Shared by :func:`step_with_draws` and the NumPyro tree
     sites (:class:`~bdtree_jax.numpyro.TreeGibbs`)."""
     k_s, k_theta = jax.random.split(key)
-    log_s, trees, s_accepted = _s_step(k_s, state, dart_config)
+    forest = _sparse_forest(base, state.bart)
+    log_s, trees, s_accepted = _s_step(k_s, state._replace(bart=forest), dart_config)
     if dart_config.theta is None:
         theta, theta_accepted = _theta_steps(k_theta, state.theta, log_s, dart_config)
     else:
         theta, theta_accepted = state.theta, jnp.float32(jnp.nan)
-    return DARTState(state.bart._replace(trees=trees), log_s, theta), s_accepted, theta_accepted
+    return (DARTState(_with_sparse_forest(base, state.bart, forest._replace(trees=trees)), log_s, theta), s_accepted,
+            theta_accepted)
 
 
 def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig, base=bart) -> dict:
@@ -367,11 +395,14 @@ def trace(state: DARTState, info: DARTInfo, config: bart.BARTConfig, base=bart) 
 @functools.lru_cache(maxsize=64)
 def dart(config: bart.BARTConfig, dart_config: DARTConfig, base=None) -> SamplingAlgorithm:
     """DART as a :class:`SamplingAlgorithm` on :class:`~bdtree_jax.problem.bart.BARTData`, or,
-    with ``base``, the sparse version of another one-forest BART kernel module: one with
-    ``init``, ``step_with_draws``, ``trace`` and ``draw`` as :mod:`bdtree_jax.kernels.bart`'s,
-    a :class:`~bdtree_jax.kernels.bart.BARTState`, and data with a ``tree_data`` field whose
-    rule prior its sweep reads, or wrapping a BARTData (``data.bart``) (log-linear BART for counts,
-    :mod:`bdtree_jax.kernels.bart_poisson`; survival BART, :mod:`bdtree_jax.kernels.bart_survival`)."""
+    with ``base``, the sparse version of another BART kernel module: one with ``init``,
+    ``step_with_draws``, ``trace`` and ``draw`` as :mod:`bdtree_jax.kernels.bart`'s, a
+    :class:`~bdtree_jax.kernels.bart.BARTState` (or, where the module has ``sparse_forest`` and
+    ``with_sparse_forest``, a state holding the forest that ``s`` weighs), and data with a
+    ``tree_data`` field whose rule prior its sweep reads, or wrapping a BARTData (``data.bart`` or
+    ``data.data``) (log-linear BART for counts, :mod:`bdtree_jax.kernels.bart_poisson`; survival
+    BART, :mod:`bdtree_jax.kernels.bart_survival`; heteroskedastic BART, whose mean forest ``s``
+    weighs, :mod:`bdtree_jax.kernels.bart_variance`; ``config`` is then the base's own)."""
     base = bart if base is None else base
 
     def init_fn(key, data):
