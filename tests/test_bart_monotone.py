@@ -294,7 +294,6 @@ def test_classifier_probabilities_monotone_for_every_draw():
     ({"dosage": 1}, "frame", {}, "not in X"),
     ({"dose": 0.5}, "frame", {}, "monotonic_cst must be"),
     ([1, 0, 0], "array", {"tree_sampler": "pg"}, "tree_sampler='pg'"),
-    ([1, 0, 0], "array", {"sparse": True}, "sparse=True"),
     ({"site": 1}, "categorical", {}, "categorical feature"),
     ({"dose": 1}, "categorical", {}, "categorical features or missing values"),
 ])

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..kernels.bart_monotone import bart_monotone
+from ..kernels.bart_monotone import MonotoneKernel, bart_monotone, check
+from ..kernels.dart import dart
 
 __all__ = ["MonotoneMixin"]
 
@@ -37,12 +38,12 @@ class MonotoneMixin:
         if bad:
             raise ValueError(f"{name}: monotonic_cst must be {_WHAT}; got {cst!r} (bad entries: {bad!r}).")
 
-    def _monotone(self, problem, config, sparse: bool) -> tuple | None:
+    def _monotone(self, problem, config) -> tuple | None:
         """The constraint as a tuple of -1/0/+1 per feature of ``problem`` (None: no constraint,
         or every entry 0).  ValueError naming ``monotonic_cst`` for a wrong length, unknown
         feature names, a categorical feature constrained, or a model the constraint does not run
-        with (missing values, categorical features, a tree sampler other than grow-prune,
-        ``sparse=True``, three or more classes, ``variance_trees > 0``)."""
+        with (missing values, categorical features, a tree sampler other than grow-prune, three
+        or more classes, ``variance_trees > 0``)."""
         cst = getattr(self, "monotonic_cst", None)
         if cst is None:
             return None
@@ -74,14 +75,16 @@ class MonotoneMixin:
             why = "categorical features or missing values in X"
         elif config.tree_sampler != "grow-prune":
             why = f"tree_sampler={config.tree_sampler!r} (monotone BART runs 'grow-prune')"
-        elif sparse:
-            why = "sparse=True"
         elif (getattr(self, "variance_trees", 0) or 0) > 0:  # heteroskedastic BART has its own kernel
             why = "variance_trees > 0"
         if why is not None:
             raise ValueError(f"{name}: monotonic_cst is not supported with {why}.")
         return codes
 
-    def _monotone_kernel(self, config, codes: tuple):
-        """The sampling algorithm of a constrained run."""
-        return bart_monotone(config, codes)
+    def _monotone_kernel(self, config, codes: tuple, dart_config=None):
+        """The sampling algorithm of a constrained run; with ``dart_config`` (``sparse=True``) DART
+        around the monotone sweep (:class:`~bdtree_jax.kernels.bart_monotone.MonotoneKernel`)."""
+        if dart_config is None:
+            return bart_monotone(config, codes)
+        check(config, codes)
+        return dart(config, dart_config, MonotoneKernel(codes))

@@ -125,9 +125,9 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
         if dart_config is not None:
             fingerprint = tuple(fingerprint) + (dart_config,)
         kernel = self._kernel(config) if dart_config is None else self._sparse_kernel(config, dart_config)
-        monotone = self._monotone(problem, config, dart_config is not None)
+        monotone = self._monotone(problem, config)
         if monotone is not None:
-            kernel, fingerprint = self._monotone_kernel(config, monotone), tuple(fingerprint) + (monotone,)
+            kernel, fingerprint = self._monotone_kernel(config, monotone, dart_config), tuple(fingerprint) + (monotone,)
         traces, _ = run_chains(
             kernel, self._run_data(problem),
             key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
@@ -269,7 +269,7 @@ class BARTRegressor(RegressorMixin, _BARTEstimator):
     monotonic_cst : None, array-like of -1/0/+1 per feature, or dict {feature name: -1/0/+1}
         Monotone constraints (mBART, docs/methods/bart-monotone.md): every draw's prediction is
         nondecreasing (+1) or nonincreasing (-1) in those features.  Numeric features without
-        missing cells; ``tree_sampler="grow-prune"``; not with ``sparse=True``.
+        missing cells; ``tree_sampler="grow-prune"``; with ``sparse=True`` too.
 
     Attributes
     ----------

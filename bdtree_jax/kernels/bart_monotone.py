@@ -43,6 +43,7 @@ drawn as in BART.  Numeric features only (no categorical features or missing val
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -55,8 +56,8 @@ from . import bart
 from .bart import BARTConfig, BARTInfo, BARTState, SweepDraws
 from .base import SamplingAlgorithm, with_config
 
-__all__ = ["bart_monotone", "check", "draw", "geweke_step", "prior_draw", "relation", "satisfies", "step",
-           "step_with_draws", "truncated_normal"]
+__all__ = ["MonotoneKernel", "bart_monotone", "check", "draw", "geweke_step", "prior_draw", "relation", "satisfies",
+           "step", "step_with_draws", "truncated_normal"]
 
 #: The root cell's upper bin bound (every bin index is below it).
 _TOP = 2**30
@@ -252,6 +253,31 @@ def bart_monotone(config: BARTConfig, monotone: tuple) -> SamplingAlgorithm:
     -1/0/+1 per feature; cached per configuration."""
     check(config, monotone)
     return with_config(bart.init, functools.partial(step_with_draws, monotone=monotone), bart.trace, draw, config)
+
+
+@dataclass(frozen=True)
+class MonotoneKernel:
+    """This module's kernel functions for the constraint ``monotone`` (-1/0/+1 per feature): the
+    ``base`` of :func:`bdtree_jax.kernels.dart.dart` for sparse monotone BART.  DART's ``s`` enters
+    only the rule prior of the structure moves, which this sweep reads from the data as BART's does;
+    the constraint is on the leaf values given the tree.  The joint prior is DART's generative
+    prior of ``(theta, s, trees, leaves)`` conditioned *jointly* on every tree being monotone, so
+    ``s | trees`` is the unconstrained one (no normaliser that depends on ``s``) and the ``s`` step
+    holds as written (the marginal prior of ``s`` is the Dirichlet tilted by the constraint's
+    probability under it).  :meth:`prior_draw` draws the trees given ``s`` (per-tree rejection, the
+    exact conditional); a draw of the joint needs rejection of ``(theta, s, trees)`` together.
+    Hashable by ``monotone``, so the kernels built on it are cached."""
+
+    monotone: tuple
+    init = staticmethod(bart.init)
+    trace = staticmethod(bart.trace)
+    draw = staticmethod(draw)
+
+    def step_with_draws(self, draws, state: BARTState, data: BARTData, config: BARTConfig):
+        return step_with_draws(draws, state, data, config, self.monotone)
+
+    def prior_draw(self, key: PRNGKey, data: BARTData, config: BARTConfig) -> BARTState:
+        return prior_draw(key, data, config, self.monotone)
 
 
 # ----------------------------------------------------------------------------------------------

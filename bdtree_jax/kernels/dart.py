@@ -79,7 +79,9 @@ nothing added.
 Heteroskedastic BART (:mod:`bdtree_jax.kernels.bart_variance` as ``base``): ``s`` weighs the mean
 forest's rule prior and counts its splits only; the variance forest keeps the unweighted rule
 prior, so its trees are not part of ``s | trees`` and every step above holds with the mean forest
-as "the trees".
+as "the trees".  Monotone BART (:class:`bdtree_jax.kernels.bart_monotone.MonotoneKernel` as
+``base``): the constraint is on the leaf values given the tree, and the joint prior is conditioned
+jointly on it, so again ``s | trees`` is as above.
 
 The pinball prior and box constraints are not covered: :func:`check_supported` raises.
 """
@@ -402,7 +404,8 @@ def dart(config: bart.BARTConfig, dart_config: DARTConfig, base=None) -> Samplin
     ``tree_data`` field whose rule prior its sweep reads, or wrapping a BARTData (``data.bart`` or
     ``data.data``) (log-linear BART for counts, :mod:`bdtree_jax.kernels.bart_poisson`; survival
     BART, :mod:`bdtree_jax.kernels.bart_survival`; heteroskedastic BART, whose mean forest ``s``
-    weighs, :mod:`bdtree_jax.kernels.bart_variance`; ``config`` is then the base's own)."""
+    weighs, :mod:`bdtree_jax.kernels.bart_variance`, whose ``config`` is then its own; monotone
+    BART, :class:`bdtree_jax.kernels.bart_monotone.MonotoneKernel`)."""
     base = bart if base is None else base
 
     def init_fn(key, data):
