@@ -135,7 +135,7 @@ class RJHMCConfig:
         check_one_of(f"{where}schedule", self.schedule, SCHEDULES)
         check_one_of(f"{where}leaf_proposal", self.leaf_proposal, LEAF_PROPOSALS)
         check_one_of(f"{where}split_proposal", self.split_proposal, SPLIT_PROPOSALS)
-        if not isinstance(self.max_depth, (int, np.integer)) or not 1 <= self.max_depth <= 10:
+        if not is_int(self.max_depth) or not 1 <= self.max_depth <= 10:
             raise ValueError(f"{where}max_depth must be an integer in [1, 10]; got {self.max_depth!r}.")
         for name in ("h_init", "h_final"):
             v = getattr(self, name)

@@ -165,6 +165,9 @@ def test_bad_configs_raise_before_compiling(tiny):
     assert trace_count() == before
     with pytest.raises(ValueError, match="unknown method"):
         bd.BayesianTreeClassifier(method="hmc").fit(X, y)
+    for depth in (True, 0, 11, 2.0):  # a bool is not a depth
+        with pytest.raises(ValueError, match="max_depth must be an integer in"):
+            RJHMCConfig(task="classification", max_depth=depth)
 
 
 @pytest.mark.slow
