@@ -24,8 +24,7 @@ from bdtree_jax.kernels import dart
 from bdtree_jax.likelihoods import BARTLeafPoissonGamma
 from bdtree_jax.problem.bart_multiclass import build_bart_multiclass_problem
 from bdtree_jax.tree import n_leaves
-from sbc import planted
-from test_dart_outcomes import X
+from test_dart_outcomes import X, plant_sweep_errors
 
 K = 3
 G_CHAINS, G_ITERS, G_PRIOR = 128, 1000, 100_000
@@ -75,10 +74,9 @@ def test_geweke_sparse_multiclass_sweep_and_planted_errors(monkeypatch):
     prior vs 100,000 forward draws: every |z| < 4; in the same program, on their own 128 chains
     each, the sweep reading the unweighted rule prior and the ``s`` step counting the first class's
     splits only: some |z| > 6."""
-    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 1)
-    planted(monkeypatch, dart, "split_counts", lambda orig, trees, n: orig(jax.tree.map(lambda a: a[:1], trees), n), 2)
+    errors = plant_sweep_errors(monkeypatch)
     helpers.check_geweke_variants(sparse_multiclass_geweke(dart.DARTConfig(), variants=3),
-                                  ("unweighted sweep", "first class's counts"))
+                                  errors)
 
 
 @pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")

@@ -70,20 +70,40 @@ def _stats(state: dart.DARTState):
     return jnp.stack(_sparse_stats(state) + [jnp.exp(b.fit[0]), log_lam])
 
 
-def sparse_counts_geweke(dart_config, sampler="grow-prune", variants=1, seed=0):
-    """:func:`helpers.geweke_variants` of the sparse counts sweep: ``y ~ Poisson(exposure
-    exp(f))``, then one sweep, from DART's joint prior (:func:`bdtree_jax.kernels.dart.prior_draw`
-    around the counts model's)."""
-    data, config = _problem(sampler)
+def plant_sweep_errors(monkeypatch) -> tuple[str, str]:
+    """Plant the two errors every sparse sweep's Geweke test must catch (:func:`sbc.planted`): the
+    sweep reading the unweighted rule prior (variant 1) and the ``s`` step counting the first
+    tree's (or class's) splits only (variant 2).  Returns their names."""
+    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 1)
+    planted(monkeypatch, dart, "split_counts", lambda orig, trees, n: orig(jax.tree.map(lambda a: a[:1], trees), n), 2)
+    return "unweighted sweep", "first tree's counts"
 
+
+def _sparse_geweke(base, data, config, dart_config, simulate, stats, names, variants, seed, chains=G_CHAINS,
+                   prior_draw=None):
+    """:func:`helpers.geweke_variants` of DART around ``base``: ``simulate(key, state, d)`` the data
+    with a response drawn given the base model's ``state``, then one sparse sweep; ``chains`` chains
+    from ``prior_draw(key)`` (default: DART's joint prior around ``base``'s,
+    :func:`bdtree_jax.kernels.dart.prior_draw`)."""
     def step(key, state, d):
         k_y, k_sweep = jax.random.split(key)
-        d = d._replace(y=bp.simulate_y(k_y, state.bart, d))
-        state, info = dart.step(k_sweep, state, d, config, dart_config, bp)
+        d = simulate(k_y, state.bart, d)
+        state, info = dart.step(k_sweep, state, d, config, dart_config, base)
         return state, d, info
 
-    return helpers.geweke_variants(lambda key: dart.prior_draw(key, data, config, dart_config, bp), step, _stats, data,
-                                   G_CHAINS, G_ITERS, G_PRIOR, variants, seed, G_NAMES)
+    if prior_draw is None:
+        def prior_draw(key):
+            return dart.prior_draw(key, data, config, dart_config, base)
+
+    return helpers.geweke_variants(prior_draw, step, stats, data, chains, G_ITERS, G_PRIOR, variants, seed, names)
+
+
+def sparse_counts_geweke(dart_config, sampler="grow-prune", variants=1, seed=0):
+    """The sparse counts sweep's Geweke test (:func:`_sparse_geweke`): ``y ~ Poisson(exposure
+    exp(f))``, then one sweep."""
+    data, config = _problem(sampler)
+    return _sparse_geweke(bp, data, config, dart_config, lambda k, state, d: d._replace(y=bp.simulate_y(k, state, d)),
+                          _stats, G_NAMES, variants, seed)
 
 
 @pytest.mark.xla_optimized
@@ -93,10 +113,9 @@ def test_geweke_sparse_counts_sweep_and_planted_errors(monkeypatch):
     100,000 forward draws: every |z| < 4; in the same program, on their own 128 chains each, the
     counts sweep reading the unweighted rule prior and the ``s`` step counting the first tree's
     splits only: some |z| > 6.  Observed: |z| <= 2.22; errors z(features used) = +93.3 and +20.2."""
-    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 1)
-    planted(monkeypatch, dart, "split_counts", lambda orig, trees, n: orig(jax.tree.map(lambda a: a[:1], trees), n), 2)
+    errors = plant_sweep_errors(monkeypatch)
     helpers.check_geweke_variants(sparse_counts_geweke(dart.DARTConfig(theta=0.5), variants=3),
-                                  ("unweighted sweep", "one tree's counts"))
+                                  errors)
 
 
 @pytest.mark.xla_optimized
@@ -126,16 +145,22 @@ def test_poisson_regressor_sparse_end_to_end():
 S_NAMES = ("s0", "s0^2", "s2", "features used", "lambda", "mean leaves", "f_0", "f_0^2", "log sigma2")
 
 
+def _factorial_data(sigma2: float, tau2: float) -> bart.BARTData:
+    """BART's data on the 12 factorial rows (y = 0), trees of depth <= 3 (``valid_cuts="ancestors"``),
+    noise variance ``sigma2`` (its starting value) and leaves ``N(0, tau2)``."""
+    grid = make_split_grid(X)
+    prior = TreePrior(max_depth=3, alpha=0.95, beta=1.0, valid_cuts="ancestors")
+    td = make_tree_data(grid.bin(X), np.zeros(len(X)), prior, BARTLeafNormal(np.float32(sigma2), np.float32(tau2)),
+                        grid=grid)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return bart.BARTData(td, jnp.zeros(len(X), jnp.float32), f32(10.0), f32(1.0), f32(sigma2), f32(1.0))
+
+
 def _survival_problem():
     """The 12 factorial rows, 3 trees of depth <= 3, censoring bounds ``N(0, 1)`` (about half the
     rows censored a priori)."""
-    grid = make_split_grid(X)
-    prior = TreePrior(max_depth=3, alpha=0.95, beta=1.0, valid_cuts="ancestors")
-    td = make_tree_data(grid.bin(X), np.zeros(len(X)), prior, BARTLeafNormal(np.float32(1.0), np.float32(1.0)),
-                        grid=grid)
-    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-    data = bart.BARTData(td, jnp.zeros(len(X), jnp.float32), f32(10.0), f32(1.0), f32(1.0), f32(1.0))
-    bound = f32(np.random.default_rng(0).normal(0.0, 1.0, len(X)))
+    data = _factorial_data(1.0, 1.0)
+    bound = jnp.asarray(np.random.default_rng(0).normal(0.0, 1.0, len(X)), jnp.float32)
     config = bart.BARTConfig(3, 3, "grow-prune", incremental=False)
     return bart_survival.SurvivalData(data, jnp.ones(len(X), bool)), bound, config
 
@@ -148,15 +173,9 @@ def sparse_survival_geweke(dart_config, variants=1, seed=0):
     """:func:`helpers.geweke_variants` of the sparse survival sweep: censored log times from the
     model (:func:`bdtree_jax.kernels.bart_survival.simulate`), then one sweep."""
     data, bound, config = _survival_problem()
-
-    def step(key, state, d):
-        k_y, k_sweep = jax.random.split(key)
-        d = bart_survival.simulate(k_y, state.bart, bound, d)
-        state, info = dart.step(k_sweep, state, d, config, dart_config, bart_survival)
-        return state, d, info
-
-    return helpers.geweke_variants(lambda key: dart.prior_draw(key, data, config, dart_config, bart_survival), step,
-                                   _survival_stats, data, G_CHAINS, G_ITERS, G_PRIOR, variants, seed, S_NAMES)
+    return _sparse_geweke(bart_survival, data, config, dart_config,
+                          lambda k, state, d: bart_survival.simulate(k, state, bound, d), _survival_stats, S_NAMES,
+                          variants, seed)
 
 
 @pytest.mark.xla_optimized
@@ -166,10 +185,9 @@ def test_geweke_sparse_survival_sweep_and_planted_errors(monkeypatch):
     100,000 forward draws: every |z| < 4; in the same program the sweep reading the unweighted
     rule prior and the ``s`` step counting the first tree's splits only: some |z| > 6.  Observed:
     |z| <= 2.38 (seeds 1, 2: <= 2.24); errors z(lambda) = +139 and -242."""
-    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 1)
-    planted(monkeypatch, dart, "split_counts", lambda orig, trees, n: orig(jax.tree.map(lambda a: a[:1], trees), n), 2)
+    errors = plant_sweep_errors(monkeypatch)
     helpers.check_geweke_variants(sparse_survival_geweke(dart.DARTConfig(), variants=3),
-                                  ("unweighted sweep", "one tree's counts"))
+                                  errors)
 
 
 def test_survival_sparse_end_to_end():
@@ -196,12 +214,7 @@ V_NAMES = ("s0", "s0^2", "s2", "features used", "lambda", "mean leaves", "f_0", 
 def _variance_problem():
     """The 12 factorial rows, 2 mean trees (leaves ``N(0, 0.5**2)``) and 2 variance trees (leaves
     ``Gamma(3, 3)``) of depth <= 3, ``sigma0 = 0.7``."""
-    grid = make_split_grid(X)
-    prior = TreePrior(max_depth=3, alpha=0.95, beta=1.0, valid_cuts="ancestors")
-    td = make_tree_data(grid.bin(X), np.zeros(len(X)), prior, BARTLeafNormal(np.float32(0.49), np.float32(0.25)),
-                        grid=grid)
-    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-    data = bart.BARTData(td, jnp.zeros(len(X), jnp.float32), f32(10.0), f32(1.0), f32(0.49), f32(1.0))
+    data = _factorial_data(0.49, 0.25)
     mean = bart.BARTConfig(2, 3, "grow-prune", incremental=False, sample_sigma=False)
     return bv.VarianceData(data, BARTLeafVarianceGamma(jnp.float32(3.0), jnp.float32(3.0))), bv.VarianceConfig.of(mean, 2)
 
@@ -228,14 +241,10 @@ def sparse_variance_geweke(dart_config, variants=1, seed=0):
     ``s`` and ``theta`` steps, from DART's joint prior around the heteroskedastic model's."""
     data, config = _variance_problem()
 
-    def step(key, state, d):
-        k_y, k_sweep = jax.random.split(key)
-        d = d._replace(data=d.data._replace(y=bv.simulate_y(k_y, state.bart, d).astype(jnp.float32)))
-        state, info = dart.step(k_sweep, state, d, config, dart_config, bv)
-        return state, d, info
+    def simulate(k, state, d):
+        return d._replace(data=d.data._replace(y=bv.simulate_y(k, state, d).astype(jnp.float32)))
 
-    return helpers.geweke_variants(lambda key: dart.prior_draw(key, data, config, dart_config, bv), step,
-                                   _variance_stats, data, G_CHAINS, G_ITERS, G_PRIOR, variants, seed, V_NAMES)
+    return _sparse_geweke(bv, data, config, dart_config, simulate, _variance_stats, V_NAMES, variants, seed)
 
 
 @pytest.mark.xla_optimized
@@ -304,16 +313,13 @@ def sparse_monotone_geweke(dart_config, variants=1, seed=0):
     N(f, sigma2)``, then one sweep, from the jointly constrained prior (:func:`_monotone_joint_prior`)."""
     data, _, config = _survival_problem()
     data = data.bart
-    base = bm.MonotoneKernel(MONO)
 
-    def step(key, state, d):
-        k_y, k_sweep = jax.random.split(key)
-        d = d._replace(y=bart.simulate_y(k_y, state.bart, d, config).astype(jnp.float32))
-        state, info = dart.step(k_sweep, state, d, config, dart_config, base)
-        return state, d, info
+    def simulate(k, state, d):
+        return d._replace(y=bart.simulate_y(k, state, d, config).astype(jnp.float32))
 
-    return helpers.geweke_variants(lambda key: _monotone_joint_prior(key, data, config, dart_config), step,
-                                   _monotone_stats, data, 32, G_ITERS, G_PRIOR, variants, seed, M_NAMES)
+    return _sparse_geweke(bm.MonotoneKernel(MONO), data, config, dart_config, simulate, _monotone_stats, M_NAMES,
+                          variants, seed, chains=32,
+                          prior_draw=lambda key: _monotone_joint_prior(key, data, config, dart_config))
 
 
 @pytest.mark.xla_optimized
@@ -325,10 +331,9 @@ def test_geweke_sparse_monotone_sweep_and_planted_errors(monkeypatch):
     some |z| > 6.  Observed: |z| <= 1.38 (128 chains: 1.55); errors z(lambda) = +64 and -104.  The
     prior mean of s0 is 0.133, not the Dirichlet's 1/3: splits on x0 often break the order, so the
     joint prior tilts s away from it (a prior draw of s without the joint rejection would fail)."""
-    planted(monkeypatch, dart, "weighted", lambda orig, data, log_s: orig(data, jnp.zeros_like(log_s)), 1)
-    planted(monkeypatch, dart, "split_counts", lambda orig, trees, n: orig(jax.tree.map(lambda a: a[:1], trees), n), 2)
+    errors = plant_sweep_errors(monkeypatch)
     helpers.check_geweke_variants(sparse_monotone_geweke(dart.DARTConfig(), variants=3),
-                                  ("unweighted sweep", "one tree's counts"))
+                                  errors)
 
 
 @pytest.mark.filterwarnings("ignore::bdtree_jax.ConvergenceWarning")
