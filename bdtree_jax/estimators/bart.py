@@ -124,10 +124,11 @@ class _BARTEstimator(MonotoneMixin, SparseMixin, _FeatureChecks, BaseEstimator):
         t0 = time.perf_counter()
         if dart_config is not None:
             fingerprint = tuple(fingerprint) + (dart_config,)
-        kernel = self._kernel(config) if dart_config is None else self._sparse_kernel(config, dart_config)
         monotone = self._monotone(problem, config)
         if monotone is not None:
             kernel, fingerprint = self._monotone_kernel(config, monotone, dart_config), tuple(fingerprint) + (monotone,)
+        else:
+            kernel = self._kernel(config) if dart_config is None else self._sparse_kernel(config, dart_config)
         traces, _ = run_chains(
             kernel, self._run_data(problem),
             key=jax.random.key(int(self.seed)), num_chains=int(self.num_chains),
