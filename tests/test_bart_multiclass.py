@@ -99,11 +99,12 @@ def test_geweke_planted_error_fails():
 
 @pytest.mark.xla_optimized
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler", ["grow-prune", "cgm", "pg"])
+@pytest.mark.parametrize("sampler", ["cgm", "pg"])
 def test_geweke_getting_it_right(sampler):
-    """32 chains x 5,000 sweeps from prior draws vs 200,000 forward draws, every |z| < 4 (observed
-    max |z|: grow-prune 1.16, cgm 1.75, pg 1.53)."""
-    z = geweke_z(sampler, 32, 5000, 200_000)
+    """32 chains x 2,500 sweeps from prior draws vs 200,000 forward draws, every |z| < 4 (observed
+    max |z|: cgm 1.64, pg 0.82).  CGM's moves include grow and prune; the grow-prune sampler's
+    batched-classes twin is below."""
+    z = geweke_z(sampler, 32, 2500, 200_000)
     print(sampler, _report(z))
     assert np.all(np.abs(z) < 4.0), _report(z)
 

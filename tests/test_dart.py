@@ -229,7 +229,7 @@ def test_gamma_rates_keep_every_features_node_terms():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler,valid_cuts,theta", [("grow-prune", "ancestors", None), ("cgm", "ancestors", None),
+@pytest.mark.parametrize("sampler,valid_cuts,theta", [("cgm", "ancestors", None),
                                                       pytest.param("pg", "ancestors", None, marks=pytest.mark.xla_optimized),
                                                       ("grow-prune", "data", 0.5)])
 def test_geweke_sparse_sweep(sampler, valid_cuts, theta):
